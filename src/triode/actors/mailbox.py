@@ -1,0 +1,39 @@
+"""The request/reply plumbing every actor shares.
+
+A request message carries a one-shot reply channel; the actor answers with an
+`outcome.Value` or `outcome.Error`, and the caller unwraps it. The caller owns the receive
+side, so an actor never blocks on a caller that went away.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import outcome
+import trio
+
+T = TypeVar("T")
+
+ReplyChannel = trio.MemorySendChannel
+
+
+async def ask(inbox: trio.MemorySendChannel, make: Callable[[ReplyChannel], Any]) -> Any:
+    """Sends `make(reply_channel)` to an actor and waits for its answer."""
+    reply_send, reply_recv = trio.open_memory_channel(1)
+    await inbox.send(make(reply_send))
+    async with reply_recv:
+        result = await reply_recv.receive()
+    return result.unwrap()
+
+
+def answer(reply: ReplyChannel, fn: Callable[[], T]) -> None:
+    """Runs `fn` and sends its outcome (value or exception) back on `reply`."""
+    send(reply, outcome.capture(fn))
+
+
+def send(reply: ReplyChannel, result: outcome.Outcome) -> None:
+    with reply:
+        try:
+            reply.send_nowait(result)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+            pass  # the caller was cancelled and closed its side; nobody to tell

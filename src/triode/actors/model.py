@@ -1,0 +1,235 @@
+"""The model actor: the trio half of generation.
+
+It owns the generation slots (`--parallel`), the wait queue (`--max-queue`) and one output
+channel per admitted request, and it is the only party the engine thread talks to. Requests
+join and leave the engine's running batch between steps (continuous batching).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+import attrs
+import trio
+
+from ..errors import Overloaded, ServerError
+from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
+from ..model.loading import ModelInfo
+from .mailbox import answer, ask
+from .messages import EngineStopped, ModelMessage, ModelStatisticsRequest, Release, Step, Submit
+
+log = logging.getLogger(__name__)
+
+# A consumer more than this many steps behind is cut off rather than stalling the batch.
+STREAM_BUFFER_STEPS = 4096
+INBOX_SIZE = 1024
+RELEASE_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class ModelStatistics:
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    queue_max: int
+    engine_alive: bool
+    steps: int
+    tokens_generated: int
+    requests_admitted: int
+    requests_rejected: int
+
+
+@attrs.frozen
+class Admission:
+    """The reply to Submit: where the request's step outputs arrive."""
+
+    uid: int
+    outputs: trio.MemoryReceiveChannel
+
+
+class ModelHandle:
+    """What callers hold. The tokenizer is read-only after load, so rendering runs in worker
+    threads without a round trip through the actor."""
+
+    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any):
+        self._inbox = inbox
+        self.info = info
+        self.tokenizer = tokenizer
+        self._render_limiter = trio.CapacityLimiter(2)
+
+    async def render(self, messages: list[dict], tools: list[dict] | None = None,
+                     template_kwargs: dict | None = None) -> list[int]:
+        def work() -> list[int]:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                **(template_kwargs or {}))
+            return self.tokenizer.encode(text, add_special_tokens=False)
+
+        return await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+
+    @asynccontextmanager
+    async def generate(self, prompt: list[int], max_tokens: int,
+                       sampling: Sampling) -> AsyncIterator[Admission]:
+        """Holds a slot (or a place in the queue) for the duration of the block."""
+        admission: Admission = await ask(
+            self._inbox, lambda r: Submit(tuple(prompt), max_tokens, sampling, r))
+        try:
+            yield admission
+        finally:
+            with trio.move_on_after(RELEASE_TIMEOUT, shield=True):
+                await self._inbox.send(Release(admission.uid))
+
+    async def statistics(self) -> ModelStatistics:
+        return await ask(self._inbox, ModelStatisticsRequest)
+
+
+@attrs.define
+class _Request:
+    uid: int
+    prompt: tuple[int, ...]
+    max_tokens: int
+    sampling: Sampling
+    outputs: trio.MemorySendChannel
+
+
+class ModelActor:
+    def __init__(self, *, model: str, parallel: int, max_queue: int,
+                 context_length: int | None = None,
+                 engine_factory: Callable[..., Any] = Engine,
+                 stream_buffer: int = STREAM_BUFFER_STEPS):
+        self._engine = engine_factory(model, parallel=parallel, context_length=context_length)
+        self._parallel = parallel
+        self._max_queue = max_queue
+        self._stream_buffer = stream_buffer
+        self._next_uid = 0
+        self._active: dict[int, _Request] = {}
+        self._waiting: deque[_Request] = deque()
+        self._pending: list[Command] = []
+        self._parked: trio.MemorySendChannel | None = None  # an idle engine's Step reply
+        self._engine_alive = False
+        self._steps = 0
+        self._tokens = 0
+        self._admitted = 0
+        self._rejected = 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
+        async with trio.open_nursery() as nursery:
+            info, tokenizer = await nursery.start(self._run_engine, send)
+            task_status.started(ModelHandle(send, info, tokenizer))
+            async for msg in inbox:
+                match msg:
+                    case Submit():
+                        answer(msg.reply, lambda: self._submit(msg))
+                    case Release(uid=uid):
+                        self._release(uid)
+                    case Step():
+                        self._step(msg)
+                    case EngineStopped():
+                        self._engine_stopped()
+                    case ModelStatisticsRequest(reply=reply):
+                        answer(reply, self._statistics)
+
+    async def _run_engine(self, inbox: trio.MemorySendChannel, *, task_status) -> None:
+        def started(info: ModelInfo, tokenizer: Any) -> None:
+            self._engine_alive = True
+            trio.from_thread.run_sync(task_status.started, (info, tokenizer))
+
+        def exchange(outputs: list[StepOutput], idle: bool) -> list[Command]:
+            return trio.from_thread.run(
+                ask, inbox, lambda r: Step(outputs, idle, r))
+
+        try:
+            await trio.to_thread.run_sync(self._engine.run, exchange, started,
+                                          limiter=trio.CapacityLimiter(1))
+        except Exception as exc:
+            if not self._engine_alive:
+                raise  # failed while loading: the server cannot start
+            log.exception("engine thread died")
+            await inbox.send(EngineStopped(exc))
+
+    # ---- state changes (only ever called from the actor loop) ----------------------------
+
+    def _submit(self, msg: Submit) -> Admission:
+        if not self._engine_alive:
+            raise ServerError("the generation engine is not running")
+        if len(self._active) >= self._parallel and len(self._waiting) >= self._max_queue:
+            self._rejected += 1
+            raise Overloaded("the generation queue is full; retry later")
+        send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
+        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, send)
+        self._next_uid += 1
+        if len(self._active) < self._parallel:
+            self._admit(req)
+        else:
+            self._waiting.append(req)
+        return Admission(req.uid, recv)
+
+    def _admit(self, req: _Request) -> None:
+        self._active[req.uid] = req
+        self._admitted += 1
+        self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling))
+        if self._parked is not None:
+            self._flush(self._parked)
+
+    def _free_slot(self, uid: int) -> None:
+        req = self._active.pop(uid)
+        req.outputs.close()
+        while self._waiting and len(self._active) < self._parallel:
+            self._admit(self._waiting.popleft())
+
+    def _release(self, uid: int) -> None:
+        for req in self._waiting:
+            if req.uid == uid:
+                self._waiting.remove(req)
+                req.outputs.close()
+                return
+        if uid in self._active:
+            self._pending.append(Remove(uid))
+            self._free_slot(uid)
+
+    def _step(self, msg: Step) -> None:
+        self._steps += bool(msg.outputs)
+        for out in msg.outputs:
+            req = self._active.get(out.uid)
+            if req is None:
+                continue  # released while the step ran; its Remove is pending
+            self._tokens += 1
+            try:
+                req.outputs.send_nowait(out)
+            except (trio.WouldBlock, trio.BrokenResourceError):
+                log.warning("request %d: consumer too slow or gone; cutting it off", out.uid)
+                if out.finish_reason is None:
+                    self._pending.append(Remove(out.uid))
+                self._free_slot(out.uid)
+                continue
+            if out.finish_reason is not None:
+                self._free_slot(out.uid)
+        if self._pending or not msg.idle:
+            self._flush(msg.reply)
+        else:
+            self._parked = msg.reply
+
+    def _flush(self, reply: trio.MemorySendChannel) -> None:
+        commands, self._pending, self._parked = self._pending, [], None
+        answer(reply, lambda: commands)
+
+    def _engine_stopped(self) -> None:
+        """Ends every held request's output without a finish reason: their responses fail."""
+        self._engine_alive = False
+        for req in [*self._active.values(), *self._waiting]:
+            req.outputs.close()
+        self._active.clear()
+        self._waiting.clear()
+        self._pending.clear()
+        self._parked = None
+
+    def _statistics(self) -> ModelStatistics:
+        return ModelStatistics(
+            slots_total=self._parallel, slots_busy=len(self._active),
+            queue_depth=len(self._waiting), queue_max=self._max_queue,
+            engine_alive=self._engine_alive, steps=self._steps, tokens_generated=self._tokens,
+            requests_admitted=self._admitted, requests_rejected=self._rejected)

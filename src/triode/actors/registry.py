@@ -1,0 +1,106 @@
+"""The registry: owns the nursery of per-response supervisors and maps id → supervisor.
+
+Supervisors live here, not in the HTTP handler's nursery, so a response can outlive the
+request that created it; cancelling one goes through the registry.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+import trio
+
+from .mailbox import answer, ask
+from .supervisor import Supervisor, SupervisorHandle
+
+INBOX_SIZE = 256
+
+
+@attrs.frozen
+class Start:
+    make: Callable[[], Supervisor]
+    reply: trio.MemorySendChannel
+
+
+@attrs.frozen
+class Cancel:
+    response_id: str
+    reply: trio.MemorySendChannel
+
+
+@attrs.frozen
+class Lookup:
+    response_id: str
+    reply: trio.MemorySendChannel
+
+
+@attrs.frozen
+class RegistryStatisticsRequest:
+    reply: trio.MemorySendChannel
+
+
+RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest
+
+
+@attrs.frozen
+class RegistryStatistics:
+    live: int
+    started: int
+
+
+class RegistryHandle:
+    def __init__(self, inbox: trio.MemorySendChannel):
+        self._inbox = inbox
+
+    async def start(self, make: Callable[[], Supervisor]) -> SupervisorHandle:
+        return await ask(self._inbox, lambda r: Start(make, r))
+
+    async def cancel(self, response_id: str) -> SupervisorHandle | None:
+        """Cancels a live response; returns its handle, or None when it is not live."""
+        return await ask(self._inbox, lambda r: Cancel(response_id, r))
+
+    async def lookup(self, response_id: str) -> SupervisorHandle | None:
+        return await ask(self._inbox, lambda r: Lookup(response_id, r))
+
+    async def statistics(self) -> RegistryStatistics:
+        return await ask(self._inbox, RegistryStatisticsRequest)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._live: dict[str, SupervisorHandle] = {}
+        self._started = 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        send, inbox = trio.open_memory_channel[RegistryMessage](INBOX_SIZE)
+        async with trio.open_nursery() as nursery:
+            task_status.started(RegistryHandle(send))
+            async for msg in inbox:
+                match msg:
+                    case Start(make=make, reply=reply):
+                        handle = await nursery.start(self._supervise, make())
+                        answer(reply, lambda: handle)
+                    case Cancel(response_id=rid, reply=reply):
+                        answer(reply, lambda: self._cancel(rid))
+                    case Lookup(response_id=rid, reply=reply):
+                        answer(reply, lambda: self._live.get(rid))
+                    case RegistryStatisticsRequest(reply=reply):
+                        answer(reply, lambda: RegistryStatistics(len(self._live), self._started))
+
+    def _cancel(self, response_id: str) -> SupervisorHandle | None:
+        handle = self._live.get(response_id)
+        if handle is not None:
+            handle.cancel()
+        return handle
+
+    async def _supervise(self, sup: Supervisor, *, task_status) -> None:
+        # Runs inside the registry's nursery: the registry's own task tree owns `_live`.
+        handle = SupervisorHandle(sup)
+        self._live[sup.response_id] = handle
+        self._started += 1
+        task_status.started(handle)
+        try:
+            await sup.run()
+        finally:
+            self._live.pop(sup.response_id, None)

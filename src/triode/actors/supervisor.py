@@ -1,0 +1,143 @@
+"""One supervisor per response: drives it from queued to a terminal status.
+
+It owns the response's cancel scope, its `ResponseBuilder` (object + event log) and the
+generation slot it holds. Readers follow the event log through the handle; the log is
+append-only, so a late reader replays what exists and then follows live.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import trio
+
+from ..errors import APIError
+from ..model.engine import Sampling
+from .events import ResponseBuilder, usage
+from .lifecycle import Event, Status, is_terminal, next_status
+from .model import ModelHandle
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
+                 sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
+                 background: bool = False,
+                 on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
+        self.response_id = response_id
+        self._prompt = prompt
+        self._max_tokens = max_tokens
+        self._sampling = sampling
+        self._model = model
+        self._on_terminal = on_terminal
+        self.builder = ResponseBuilder(response_id, echo, background=background)
+        self.builder.created()
+        self.status = Status.QUEUED
+        self._changed = trio.Event()
+        self._done = trio.Event()
+        self._scope = trio.CancelScope()
+        self._cancel_requested = False
+        self._output_tokens = 0
+
+    def _move(self, event: Event) -> None:
+        self.status = next_status(self.status, event)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            with self._scope:
+                await self._generate()
+            if self._scope.cancelled_caught:
+                self._finish_cancelled()
+        except APIError as exc:
+            self._fail(exc.code or "server_error", exc.message)
+        except Exception as exc:  # one response fails; the server keeps serving
+            log.exception("response %s failed", self.response_id)
+            self._fail("server_error", f"internal error: {type(exc).__name__}")
+        finally:
+            if not is_terminal(self.status):  # cancelled from outside (shutdown)
+                self._move(Event.CANCEL)
+                self.builder.cancel(self._usage())
+            self._done.set()
+            self._notify()
+            if self._on_terminal is not None:
+                with trio.move_on_after(5, shield=True):
+                    await self._on_terminal(self.builder.obj, self.builder.events)
+
+    async def _generate(self) -> None:
+        async with self._model.generate(self._prompt, self._max_tokens, self._sampling) as adm:
+            async for out in adm.outputs:
+                if self.status is Status.QUEUED:
+                    self._move(Event.START)
+                    self.builder.in_progress()
+                self._output_tokens += 1
+                self.builder.text(out.text)
+                if out.finish_reason is not None:
+                    event = Event.TRUNCATE if out.finish_reason == "length" else Event.COMPLETE
+                    self._move(event)
+                    self.builder.finish(self.status, self._usage())
+                self._notify()
+                if out.finish_reason is not None:
+                    return
+        raise APIError("generation ended without a finish reason (engine stopped)")
+
+    def _usage(self) -> dict[str, Any]:
+        return usage(input_tokens=len(self._prompt), output_tokens=self._output_tokens)
+
+    def _fail(self, code: str, message: str) -> None:
+        if is_terminal(self.status):
+            return
+        self._move(Event.FAIL)
+        self.builder.fail(code, message, self._usage())
+
+    def _finish_cancelled(self) -> None:
+        if not self._cancel_requested:
+            raise RuntimeError("supervisor scope cancelled without a cancel request")
+        self._move(Event.CANCEL)
+        self.builder.cancel(self._usage())
+
+    def cancel(self) -> None:
+        if not is_terminal(self.status):
+            self._cancel_requested = True
+            self._scope.cancel()
+
+
+class SupervisorHandle:
+    """What the HTTP layer and the registry hold for one live response."""
+
+    def __init__(self, sup: Supervisor):
+        self._sup = sup
+        self.response_id = sup.response_id
+
+    @property
+    def done(self) -> bool:
+        return self._sup._done.is_set()
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        return self._sup.builder.obj
+
+    def cancel(self) -> None:
+        self._sup.cancel()
+
+    async def wait(self) -> dict[str, Any]:
+        await self._sup._done.wait()
+        return self._sup.builder.obj
+
+    async def follow(self, starting_after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        """Every event after `starting_after`, then live ones until the terminal state."""
+        sup = self._sup
+        i = starting_after + 1
+        while True:
+            events = sup.builder.events
+            while i < len(events):
+                yield events[i]
+                i += 1
+            if sup._done.is_set():
+                return
+            await sup._changed.wait()

@@ -1,0 +1,143 @@
+"""The one cattrs Converter: JSON → wire types, strictly.
+
+Wrong types are errors (no "5" → 5, no true → 1), unknown fields are errors, and every error
+becomes an `InvalidRequest` whose `param` is the JSON path of the offending field
+(`input[2].content`), as OpenAI reports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from ..errors import InvalidRequest
+from . import wire
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type, name: str, accept: tuple[type, ...], reject: tuple[type, ...] = ()):
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, reject) or not isinstance(value, accept):
+            raise TypeError(f"expected {name}, got {_json_type(value)}")
+        return kind(value)
+
+    return hook
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+converter.register_structure_hook(str, _strict(str, "a string", (str,)))
+converter.register_structure_hook(int, _strict(int, "an integer", (int,), (bool,)))
+converter.register_structure_hook(float, _strict(float, "a number", (int, float), (bool,)))
+converter.register_structure_hook(bool, _strict(bool, "a boolean", (bool,)))
+def _register(tp: Any, hook: Any) -> None:
+    """Registers a hook for exactly `tp` (works for generic aliases and unions too)."""
+    converter.register_structure_hook_func(lambda t: t == tp, hook)
+
+
+_register(dict[str, Any], _strict(dict, "an object", (dict,)))
+
+
+def _metadata(value: Any, _: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise TypeError(f"metadata values must be strings; {k!r} is {_json_type(v)}")
+    return dict(value)
+
+
+_register(dict[str, str], _metadata)
+
+CONTENT_PARTS = {
+    "input_text": wire.InputText, "output_text": wire.OutputText, "refusal": wire.Refusal,
+    "input_image": wire.InputImage, "input_file": wire.InputFile,
+}
+
+
+def _tagged(value: Any, table: dict[str, type], what: str, default: str | None = None) -> Any:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    tag = value.get("type", default)
+    cls = table.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise ValueError(f"unknown {what} type {tag!r}; expected one of {', '.join(table)}")
+    return converter.structure(value, cls)
+
+
+def _content_part(value: Any, _: Any) -> wire.ContentPart:
+    return _tagged(value, CONTENT_PARTS, "content part")
+
+
+def _item(value: Any, _: Any) -> wire.InputItem:
+    if isinstance(value, dict) and value.get("type") in wire.LATER_ITEM_TYPES:
+        return wire.LaterItem(type=value["type"], raw=value)
+    default = "message" if isinstance(value, dict) and "role" in value else None
+    return _tagged(value, {"message": wire.Message}, "input item", default)
+
+
+def _str_or_list(item_type: Any):
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return converter.structure(value, list[item_type])
+        raise TypeError(f"expected a string or an array, got {_json_type(value)}")
+
+    return hook
+
+
+def _str_or_object(value: Any, _: Any) -> Any:
+    if value is None or isinstance(value, (str, dict)):
+        return value
+    raise TypeError(f"expected a string or an object, got {_json_type(value)}")
+
+
+_register(wire.ContentPart, _content_part)
+_register(wire.InputItem, _item)
+_register(Union[str, list[wire.ContentPart]], _str_or_list(wire.ContentPart))
+_register(Union[str, list[wire.InputItem]], _str_or_list(wire.InputItem))
+_register(Union[str, dict[str, Any], None], _str_or_object)
+
+
+def structure(data: Any, cls: type) -> Any:
+    """Structures `data`; any failure is a 400 naming the first offending field."""
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"the request body must be a JSON object, not {_json_type(data)}")
+    try:
+        return converter.structure(data, cls)
+    except (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError,
+            TypeError, ValueError) as exc:
+        path, message = _first_error(exc)
+        raise InvalidRequest(message, param=path or None) from None
+
+
+def _first_error(exc: BaseException, path: str = "") -> tuple[str, str]:
+    """Walks cattrs' exception groups (and their notes) down to the first leaf error."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        path = _join(path, sorted(exc.extra_fields)[0])
+        return path, f"Unknown parameter: '{path}'."
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        sub = exc.exceptions[0]
+        note = next((n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")
+                     or hasattr(n, "index")), None)
+        if note is not None and hasattr(note, "name"):
+            path = _join(path, note.name)
+        elif note is not None:
+            path = f"{path}[{note.index}]"
+        return _first_error(sub, path)
+    if isinstance(exc, KeyError):
+        return path, f"Missing required parameter: '{path}'."
+    return path, f"Invalid value for '{path}': {exc}" if path else str(exc)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name

@@ -1,0 +1,171 @@
+"""Validated wire request → what the actors need: chat messages, sampling, echoed fields.
+
+Every check that can reject a request before generation lives here, so a rejected request
+never reaches an actor and never creates a response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
+from ..model.engine import Sampling
+from . import wire
+
+METADATA_MAX_ENTRIES = 16
+METADATA_KEY_MAX = 64
+METADATA_VALUE_MAX = 512
+
+
+@attrs.frozen
+class Defaults:
+    """Server-side values for fields a request leaves out (from the model's generation_config)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+
+@attrs.frozen
+class Plan:
+    messages: list[dict[str, Any]]
+    sampling: Sampling
+    max_output_tokens: int | None
+    echo: dict[str, Any]
+    stream: bool
+    store: bool
+
+
+def _later(param: str, what: str) -> NotSupportedYet:
+    return NotSupportedYet(f"{what} is not supported yet by this server", param=param)
+
+
+def check_model(name: str, accepted: tuple[str, ...]) -> None:
+    if name not in accepted:
+        raise ModelNotFound(
+            f"The model '{name}' does not exist; this server serves {', '.join(accepted)}",
+            param="model")
+
+
+def _range(value: float | int | None, lo: float, hi: float, param: str) -> None:
+    if value is not None and not lo <= value <= hi:
+        raise InvalidRequest(f"Invalid value for '{param}': {value} is not between {lo} and {hi}",
+                             param=param)
+
+
+def _validate(req: wire.CreateResponse) -> None:
+    _range(req.temperature, 0, 2, "temperature")
+    _range(req.top_p, 0, 1, "top_p")
+    _range(req.top_logprobs, 0, 20, "top_logprobs")
+    if req.max_output_tokens is not None and req.max_output_tokens < 1:
+        raise InvalidRequest("Invalid value for 'max_output_tokens': must be at least 1",
+                             param="max_output_tokens")
+    if req.truncation not in (None, "disabled"):
+        raise InvalidRequest("Invalid value for 'truncation': only 'disabled' is supported",
+                             param="truncation")
+    if req.metadata is not None:
+        if len(req.metadata) > METADATA_MAX_ENTRIES:
+            raise InvalidRequest(
+                f"Invalid 'metadata': at most {METADATA_MAX_ENTRIES} key-value pairs, "
+                f"got {len(req.metadata)}", param="metadata")
+        for k, v in req.metadata.items():
+            if len(k) > METADATA_KEY_MAX:
+                raise InvalidRequest(f"metadata keys are at most {METADATA_KEY_MAX} characters",
+                                     param=f"metadata.{k}")
+            if len(v) > METADATA_VALUE_MAX:
+                raise InvalidRequest(
+                    f"metadata values are at most {METADATA_VALUE_MAX} characters",
+                    param=f"metadata.{k}")
+    if req.stream and req.background:
+        raise InvalidRequest("background responses cannot be streamed; "
+                             "set stream or background, not both", param="stream")
+    # Features later parts of triode bring: refused by name, never silently ignored.
+    if req.tools:
+        raise _later("tools", "tools")
+    if req.tool_choice not in (None, "auto", "none"):
+        raise _later("tool_choice", "tool_choice other than 'auto' or 'none'")
+    if req.text is not None and req.text.format is not None and req.text.format.type != "text":
+        raise _later("text.format", f"text.format of type '{req.text.format.type}'")
+    for param in ("previous_response_id", "conversation", "context_management", "prompt"):
+        if getattr(req, param) is not None:
+            raise _later(param, param)
+    if req.background:
+        raise _later("background", "background mode")
+    if req.include:
+        raise _later("include", "include")
+    if req.top_logprobs:
+        raise _later("top_logprobs", "top_logprobs")
+
+
+def _part_text(part: wire.ContentPart, param: str) -> str:
+    match part:
+        case wire.InputText(text=t) | wire.OutputText(text=t):
+            return t
+        case wire.Refusal(refusal=t):
+            return t
+        case wire.InputImage():
+            raise InvalidRequest("this model does not take image input", param=param)
+        case wire.InputFile():
+            raise InvalidRequest("file input is not supported", param=param)
+    raise InvalidRequest("unsupported content part", param=param)
+
+
+def messages_of(req: wire.CreateResponse) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+        return messages
+    for i, item in enumerate(req.input):
+        if isinstance(item, wire.LaterItem):
+            raise _later(f"input[{i}]", f"input items of type '{item.type}'")
+        if isinstance(item.content, str):
+            text = item.content
+        else:
+            text = "".join(_part_text(p, f"input[{i}].content[{j}]")
+                           for j, p in enumerate(item.content))
+        messages.append({"role": item.role, "content": text})
+    return messages
+
+
+def plan(req: wire.CreateResponse, defaults: Defaults) -> Plan:
+    _validate(req)
+    messages = messages_of(req)
+    temperature = defaults.temperature if req.temperature is None else req.temperature
+    top_p = defaults.top_p if req.top_p is None else req.top_p
+    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=defaults.top_k,
+                        min_p=defaults.min_p)
+    store = True if req.store is None else req.store
+    text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
+                   if req.text and req.text.format else {"type": "text"})
+    echo = {
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "max_tool_calls": req.max_tool_calls,
+        "metadata": req.metadata or {},
+        "model": req.model,
+        "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "conversation": None,
+        "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
+                      "summary": req.reasoning.summary if req.reasoning else None},
+        "store": store,
+        "temperature": temperature,
+        "text": {"format": text_format,
+                 **({"verbosity": req.text.verbosity} if req.text and req.text.verbosity else {})},
+        "tool_choice": req.tool_choice or "auto",
+        "tools": [],
+        "top_p": top_p,
+        "top_logprobs": req.top_logprobs or 0,
+        "truncation": req.truncation or "disabled",
+        "user": req.user,
+        "service_tier": req.service_tier or "default",
+        "prompt_cache_key": req.prompt_cache_key,
+        "safety_identifier": req.safety_identifier,
+    }
+    return Plan(messages=messages, sampling=sampling, max_output_tokens=req.max_output_tokens,
+                echo=echo, stream=bool(req.stream), store=store)

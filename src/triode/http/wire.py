@@ -1,0 +1,137 @@
+"""Wire types: attrs classes mirroring the OpenAI Responses request schema.
+
+Only the HTTP layer sees these; `convert.py` structures JSON into them with one cattrs
+Converter that rejects wrong types and unknown fields (the path becomes a 400's `param`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import attrs
+
+
+# ---- content parts --------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class InputText:
+    text: str
+    type: Literal["input_text"] = "input_text"
+
+
+@attrs.frozen(kw_only=True)
+class OutputText:
+    text: str
+    annotations: list[Any] = attrs.Factory(list)
+    logprobs: list[Any] | None = None
+    type: Literal["output_text"] = "output_text"
+
+
+@attrs.frozen(kw_only=True)
+class Refusal:
+    refusal: str
+    type: Literal["refusal"] = "refusal"
+
+
+@attrs.frozen(kw_only=True)
+class InputImage:
+    detail: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
+    type: Literal["input_image"] = "input_image"
+
+
+@attrs.frozen(kw_only=True)
+class InputFile:
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+    type: Literal["input_file"] = "input_file"
+
+
+ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile]
+
+
+# ---- input items ----------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class Message:
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Union[str, list[ContentPart]]
+    id: str | None = None
+    status: str | None = None
+    type: Literal["message"] = "message"
+
+
+# Item types whose feature a later part of triode brings: accepted by the schema, answered
+# with a 400 "not supported yet" by the request validator rather than an "unknown type".
+LATER_ITEM_TYPES = (
+    "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+    "reasoning", "compaction", "item_reference",
+)
+
+
+@attrs.frozen(kw_only=True)
+class LaterItem:
+    type: str
+    raw: dict[str, Any] = attrs.Factory(dict)
+
+
+InputItem = Union[Message, LaterItem]
+
+
+# ---- the request ----------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class TextFormat:
+    type: Literal["text", "json_schema", "json_object"] = "text"
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TextConfig:
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Reasoning:
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CreateResponse:
+    model: str
+    input: Union[str, list[InputItem]] = attrs.Factory(list)
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: Reasoning | None = None
+    previous_response_id: str | None = None
+    conversation: Union[str, dict[str, Any], None] = None
+    context_management: list[dict[str, Any]] | None = None
+    store: bool | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    background: bool | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_logprobs: int | None = None
+    truncation: str | None = None
+    metadata: dict[str, str] | None = None
+    include: list[str] | None = None
+    user: str | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    prompt: dict[str, Any] | None = None

@@ -1,0 +1,64 @@
+"""Loading an mlx-lm model and describing it. Runs on the engine thread only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..settings import BUNDLED_MODEL
+
+BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
+
+
+def model_path(model: str) -> str:
+    return str(BUNDLED_PATH) if model == BUNDLED_MODEL else model
+
+
+@attrs.frozen
+class ModelInfo:
+    """What the trio side needs to know about the loaded model (no MLX objects)."""
+
+    path: str
+    context_length: int
+    eos_token_ids: tuple[int, ...]
+    vocab_size: int
+    sampling_defaults: dict[str, float] = attrs.Factory(dict)
+
+
+def load(model: str) -> tuple[Any, Any]:
+    from mlx_lm import load as mlx_load
+
+    return mlx_load(model_path(model))
+
+
+def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | None) -> ModelInfo:
+    args = getattr(mlx_model, "args", None)
+    native = getattr(args, "max_position_embeddings", None) or 4096
+    return ModelInfo(
+        path=model_path(model),
+        context_length=context_length or native,
+        eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
+        vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
+        sampling_defaults=sampling_defaults(Path(model_path(model))),
+    )
+
+
+def sampling_defaults(path: Path) -> dict[str, float]:
+    """The model's own sampling defaults from its `generation_config.json`, as Hugging Face
+    defines them (`do_sample: false` means greedy). Only fields the file sets are returned."""
+    try:
+        config = json.loads((path / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+    if config.get("do_sample") is False:
+        out["temperature"] = 0.0
+    elif isinstance(config.get("temperature"), (int, float)):
+        out["temperature"] = float(config["temperature"])
+    for key in ("top_p", "top_k", "min_p"):
+        if isinstance(config.get(key), (int, float)):
+            out[key] = config[key]
+    return out

@@ -1,0 +1,72 @@
+"""The root of the actor tree: starts the actors, then hypercorn as their child.
+
+    trio.run(system.main, settings)
+    └── root nursery
+        ├── ModelActor (+ engine thread)
+        ├── Registry (+ one Supervisor per live response)
+        └── hypercorn.trio.serve(Quart-Trio app)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+from .http.app import Handles, create_app
+from .http.translate import Defaults
+from .model.blas import preload_blas
+from .settings import BUNDLED_MODEL, Settings
+
+log = logging.getLogger("triode")
+
+BUNDLED_ALIAS = "triode-tiny"
+
+
+def model_names(settings: Settings, path: str) -> tuple[str, ...]:
+    """Names a request's `model` may use: the alias first (the one /v1/models lists)."""
+    names: list[str] = []
+    if settings.model_alias:
+        names.append(settings.model_alias)
+    if settings.model == BUNDLED_MODEL:
+        names.append(BUNDLED_ALIAS)
+    names += [settings.model, path, Path(path).name]
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Starts the actor tree under the caller's nursery and reports its Handles."""
+    from .actors.model import ModelActor
+    from .actors.registry import Registry
+
+    blas = preload_blas(settings.blas)
+    log.info("BLAS in use: %s", blas)
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(ModelActor(
+            model=settings.model, parallel=settings.parallel, max_queue=settings.max_queue,
+            context_length=settings.context_length).run)
+        registry = await nursery.start(Registry().run)
+        info = model.info
+        log.info("model %s loaded (context %d tokens, %d slots)",
+                 info.path, info.context_length, settings.parallel)
+        task_status.started(Handles(
+            model=model, registry=registry, model_names=model_names(settings, info.path),
+            defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key))
+
+
+async def main(settings: Settings) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async with trio.open_nursery() as nursery:
+        handles = await nursery.start(start_actors, settings)
+        config = Config()
+        config.bind = [f"{settings.host}:{settings.port}"]
+        config.accesslog = None
+        config.graceful_timeout = 2.0
+        binds = await nursery.start(serve, create_app(handles), config)
+        for bind in binds:
+            # Tests and scripts read this line to find a port chosen with --port 0.
+            print(f"triode listening on {bind}", file=sys.stderr, flush=True)

@@ -1,0 +1,154 @@
+"""The model actor's slots, queue and release rules, driven by a fake engine thread."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from triode.actors.model import ModelActor
+from triode.errors import Overloaded
+from triode.model.engine import Insert, Sampling, StepOutput
+from triode.model.loading import ModelInfo
+
+
+class FakeEngine:
+    """Emits one token per active sequence per step, finishing at max_tokens."""
+
+    def __init__(self, model, *, parallel, context_length):
+        self.parallel = parallel
+        self.inserted: list[int] = []
+
+    def run(self, exchange, started):
+        started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8), None)
+        active: dict[int, list[int]] = {}
+        outputs: list[StepOutput] = []
+        while True:
+            for cmd in exchange(outputs, not active):
+                if isinstance(cmd, Insert):
+                    self.inserted.append(cmd.uid)
+                    active[cmd.uid] = [0, cmd.max_tokens]
+                else:
+                    active.pop(cmd.uid, None)
+            outputs = []
+            time.sleep(0.001)
+            for uid, state in list(active.items()):
+                state[0] += 1
+                done = state[0] >= state[1]
+                outputs.append(StepOutput(uid, state[0], f"t{state[0]} ", "length" if done else None))
+                if done:
+                    del active[uid]
+
+
+async def start(nursery, parallel=2, max_queue=1, **kw):
+    actor = ModelActor(model="fake", parallel=parallel, max_queue=max_queue,
+                       engine_factory=FakeEngine, **kw)
+    return actor, await nursery.start(actor.run)
+
+
+async def test_outputs_arrive_in_order_and_end_with_a_finish_reason():
+    """A request gets its tokens in order and the channel ends after the finish."""
+    async with trio.open_nursery() as nursery:
+        _, model = await start(nursery)
+        async with model.generate([1, 2], 3, Sampling()) as adm:
+            outs = [o async for o in adm.outputs]
+        assert [o.text for o in outs] == ["t1 ", "t2 ", "t3 "]
+        assert [o.finish_reason for o in outs] == [None, None, "length"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_slots_then_queue_then_overloaded():
+    """parallel requests run, max_queue wait, one more is Overloaded; release admits a waiter."""
+    async with trio.open_nursery() as nursery:
+        _, model = await start(nursery, parallel=2, max_queue=1)
+        a_cm = model.generate([1], 10_000, Sampling())
+        await a_cm.__aenter__()
+        b_cm = model.generate([1], 10_000, Sampling())
+        await b_cm.__aenter__()
+        c_cm = model.generate([1], 5, Sampling())
+        c = await c_cm.__aenter__()
+        stats = await model.statistics()
+        assert (stats.slots_busy, stats.queue_depth) == (2, 1)
+        with pytest.raises(Overloaded):
+            async with model.generate([1], 5, Sampling()):
+                pass
+        assert (await model.statistics()).requests_rejected == 1
+        await b_cm.__aexit__(None, None, None)           # b leaves: c takes its slot
+        outs = [o async for o in c.outputs]
+        assert outs[-1].finish_reason == "length" and len(outs) == 5
+        await c_cm.__aexit__(None, None, None)
+        stats = await model.statistics()
+        assert (stats.slots_busy, stats.queue_depth) == (1, 0)
+        await a_cm.__aexit__(None, None, None)
+        nursery.cancel_scope.cancel()
+
+
+async def test_release_frees_the_slot_at_once():
+    """Leaving the generate block frees the slot before the sequence would have finished."""
+    async with trio.open_nursery() as nursery:
+        _, model = await start(nursery, parallel=1, max_queue=0)
+        async with model.generate([1], 1_000_000, Sampling()) as adm:
+            await adm.outputs.receive()
+            assert (await model.statistics()).slots_busy == 1
+        assert (await model.statistics()).slots_busy == 0
+        async with model.generate([1], 2, Sampling()) as adm:
+            assert len([o async for o in adm.outputs]) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_slow_consumer_is_cut_off_not_waited_for():
+    """A consumer that stops reading is cut off once its buffer fills; others keep going."""
+    async with trio.open_nursery() as nursery:
+        _, model = await start(nursery, parallel=2, max_queue=0, stream_buffer=4)
+        async with model.generate([1], 1_000_000, Sampling()) as slow:
+            async with model.generate([1], 50, Sampling()) as fast:
+                outs = [o async for o in fast.outputs]
+            assert outs[-1].finish_reason == "length"
+            with trio.fail_after(10):
+                while (await model.statistics()).slots_busy:
+                    await trio.sleep(0.01)
+            drained = [o async for o in slow.outputs]
+            assert len(drained) == 4 and drained[-1].finish_reason is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_idle_engine_parks_until_work_arrives():
+    """With nothing to do the engine waits in trio, and a new request wakes it."""
+    async with trio.open_nursery() as nursery:
+        _, model = await start(nursery)
+        await trio.sleep(0.05)
+        steps = (await model.statistics()).steps
+        await trio.sleep(0.05)
+        assert (await model.statistics()).steps == steps
+        async with model.generate([1], 2, Sampling()) as adm:
+            assert len([o async for o in adm.outputs]) == 2
+        nursery.cancel_scope.cancel()
+
+
+class DyingEngine(FakeEngine):
+    """Raises on its third step, as an MLX error in the engine thread would."""
+
+    def run(self, exchange, started):
+        calls = []
+
+        def counting(outputs, idle):
+            calls.append(1)
+            if len(calls) > 3:
+                raise RuntimeError("boom")
+            return exchange(outputs, idle)
+
+        super().run(counting, started)
+
+
+async def test_engine_death_ends_held_requests_and_keeps_the_actor():
+    """If the engine thread dies, held requests end without a finish reason; the actor lives."""
+    async with trio.open_nursery() as nursery:
+        actor = ModelActor(model="fake", parallel=2, max_queue=1, engine_factory=DyingEngine)
+        model = await nursery.start(actor.run)
+        async with model.generate([1], 1_000, Sampling()) as adm:
+            outs = [o async for o in adm.outputs]
+        assert outs and outs[-1].finish_reason is None
+        stats = await model.statistics()
+        assert not stats.engine_alive and stats.slots_busy == 0
+        nursery.cancel_scope.cancel()

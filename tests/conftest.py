@@ -1,0 +1,91 @@
+"""Shared fixtures: real triode servers (a real process, hypercorn on a free port, the bundled
+model) and clients for them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+STARTUP_TIMEOUT = 120.0
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, base_url: str, log: list[str]):
+        self.proc = proc
+        self.base_url = base_url
+        self.log = log
+        self.http = httpx.Client(base_url=base_url, timeout=60.0)
+
+    def client(self, **kwargs):
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url + "/v1", api_key=kwargs.pop("api_key", "sk-test"),
+                             max_retries=0, timeout=60.0, **kwargs)
+
+    def health(self) -> dict:
+        return self.http.get("/health").json()
+
+
+@contextlib.contextmanager
+def run_server(*flags: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Starts `python -m triode serve --port 0 FLAGS` and waits for its listening line."""
+    cmd = [sys.executable, "-m", "triode", "serve", "--port", "0", "--log-level", "warning",
+           *flags]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, **(env or {})})
+    log: list[str] = []
+    ready = threading.Event()
+    url: list[str] = []
+
+    def pump() -> None:
+        for line in proc.stderr:
+            log.append(line)
+            if line.startswith("triode listening on ") and not url:
+                url.append(line.split()[-1])
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        if not ready.wait(STARTUP_TIMEOUT) or not url:
+            raise RuntimeError("triode did not start:\n" + "".join(log))
+        server = Server(proc, url[0], log)
+        yield server
+        server.http.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    with run_server() as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    return server.client()
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02):
+    """Polls `predicate` until it is truthy; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

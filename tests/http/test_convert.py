@@ -1,0 +1,53 @@
+"""The cattrs converter: strict types, unknown fields, and the JSON path of every error."""
+
+import pytest
+
+from triode.errors import InvalidRequest
+from triode.http.convert import structure
+from triode.http.wire import CreateResponse, InputText, LaterItem, Message, OutputText, Refusal
+
+
+def test_messages_without_type_and_assistant_parts_are_accepted():
+    """Items with a role but no type are messages; output_text and refusal parts are accepted."""
+    req = structure({"model": "m", "input": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []},
+                                          {"type": "refusal", "refusal": "no"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "b"}]},
+    ]}, CreateResponse)
+    assert isinstance(req.input[0], Message) and req.input[0].content == "hi"
+    assert req.input[1].content == [OutputText(text="a"), Refusal(refusal="no")]
+    assert req.input[2].content == [InputText(text="b")]
+
+
+def test_later_item_types_are_kept_for_the_validator():
+    """function_call items structure as LaterItem so the validator can name them."""
+    req = structure({"model": "m", "input": [{"type": "function_call", "name": "f"}]},
+                    CreateResponse)
+    assert req.input == [LaterItem(type="function_call", raw={"type": "function_call", "name": "f"})]
+
+
+@pytest.mark.parametrize("body,param,fragment", [
+    ({"model": 1}, "model", "expected a string"),
+    ({"model": "m", "store": "yes"}, "store", "expected a boolean"),
+    ({"model": "m", "top_logprobs": 1.5}, "top_logprobs", "expected an integer"),
+    ({"model": "m", "extra": 1}, "extra", "Unknown parameter"),
+    ({"model": "m", "text": {"format": {"type": "text", "bogus": 1}}}, "text.format.bogus",
+     "Unknown parameter"),
+    ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": 1}]}]},
+     "input[0].content[0].text", "expected a string"),
+    ({"model": "m", "input": [{"role": "user"}]}, "input[0].content", "Missing required"),
+    ({}, "model", "Missing required"),
+])
+def test_errors_name_the_json_path(body, param, fragment):
+    """Every structuring error is an InvalidRequest whose param is the offending path."""
+    with pytest.raises(InvalidRequest) as exc:
+        structure(body, CreateResponse)
+    assert exc.value.param == param
+    assert fragment in exc.value.message
+
+
+def test_non_object_body_is_refused():
+    """A JSON array or string body is a 400, not a crash."""
+    with pytest.raises(InvalidRequest):
+        structure([1, 2], CreateResponse)

@@ -1,0 +1,63 @@
+"""Flags, environment variables and their precedence."""
+
+import pytest
+
+from triode.settings import FLAGS, SettingsError, resolve
+
+
+def test_defaults_match_the_seed_table():
+    """Store flags default exactly as the seed's table says."""
+    s = resolve({}, {})
+    assert s.responses_store_max_entries == 1024
+    assert s.responses_store_max_bytes == 268435456
+    assert s.responses_store_ttl_secs == 3600
+    assert s.responses_background_max_jobs == 64
+    assert s.responses_background_ephemeral_ttl_secs == 600
+    assert s.conversation_store_max_entries == 256
+    assert s.conversation_store_max_bytes == 67108864
+    assert s.conversation_store_ttl_secs == 3600
+    assert s.reasoning_echo_max_bytes == 16 * 1024 * 1024
+    assert (s.host, s.port, s.parallel) == ("127.0.0.1", 8080, 8)
+
+
+@pytest.mark.parametrize("env,field,value", [
+    ("LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES", "responses_store_max_entries", 7),
+    ("MLXCEL_RESPONSES_STORE_MAX_BYTES", "responses_store_max_bytes", 99),
+    ("LLAMA_ARG_RESPONSES_STORE_TTL_SECS", "responses_store_ttl_secs", 5),
+    ("MLXCEL_RESPONSES_BACKGROUND_MAX_JOBS", "responses_background_max_jobs", 3),
+    ("MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS", "responses_background_ephemeral_ttl_secs", 9),
+    ("LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "conversation_store_max_entries", 4),
+    ("MLXCEL_CONVERSATION_STORE_MAX_BYTES", "conversation_store_max_bytes", 123),
+    ("LLAMA_ARG_CONVERSATION_STORE_TTL_SECS", "conversation_store_ttl_secs", 11),
+    ("MLXCEL_REASONING_ECHO_MAX_BYTES", "reasoning_echo_max_bytes", 0),
+    ("TRIODE_PARALLEL", "parallel", 2),
+])
+def test_seed_environment_names(env, field, value):
+    """Each flag reads its exact environment variable name."""
+    assert getattr(resolve({}, {env: str(value)}), field) == value
+
+
+def test_precedence_cli_then_triode_env_then_seed_env():
+    """The command line wins over TRIODE_*, which wins over the seed's names."""
+    env = {"TRIODE_RESPONSES_STORE_TTL_SECS": "20", "LLAMA_ARG_RESPONSES_STORE_TTL_SECS": "30"}
+    assert resolve({}, env).responses_store_ttl_secs == 20
+    assert resolve({}, {"LLAMA_ARG_RESPONSES_STORE_TTL_SECS": "30"}).responses_store_ttl_secs == 30
+    assert resolve({"responses_store_ttl_secs": 10}, env).responses_store_ttl_secs == 10
+
+
+def test_every_flag_has_a_triode_variable():
+    """TRIODE_<FLAG> exists for every flag."""
+    for f in FLAGS:
+        assert f.env_names[0] == "TRIODE_" + f.name.replace("-", "_").upper()
+
+
+def test_ephemeral_ttl_zero_refuses_to_start():
+    """--responses-background-ephemeral-ttl-secs 0 fails with a message naming the flag."""
+    with pytest.raises(SettingsError, match="--responses-background-ephemeral-ttl-secs"):
+        resolve({"responses_background_ephemeral_ttl_secs": 0}, {})
+
+
+def test_bad_environment_value_names_the_variable():
+    """A non-numeric environment value is an error naming the variable."""
+    with pytest.raises(SettingsError, match="TRIODE_PORT"):
+        resolve({}, {"TRIODE_PORT": "eighty"})
