@@ -1,0 +1,144 @@
+"""Measures the bundled model at temperature 0 on held-out prompts.
+
+    python -m triode.model.tiny.evaluate [--model DIR] [--n 200]
+
+Two held-out sets: (a) in-distribution, combinations never seen in training (prompts that
+occur in the training stream are skipped); (b) unseen words, keys and tool names the generator
+never uses. Each family is scored single-turn and as the third user turn of a conversation.
+Writes EVAL.md (the table) and eval.json next to the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+from .data import Tasks, conversation, expected_completion, prompt_messages
+
+HERE = Path(__file__).resolve().parent
+TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+THINK = re.compile(r"^<think>\n([^\n]+)\n</think>\n\n(.*)$", re.S)
+
+
+def expected_text(msg: dict) -> str:
+    return msg.get("content") or ""
+
+
+def score(family: str, expected: dict, output: str) -> bool:
+    if family == "tool":
+        calls = []
+        for body in TOOL_CALL.findall(output):
+            try:
+                obj = json.loads(body)
+            except json.JSONDecodeError:
+                return False
+            calls.append((obj.get("name"), obj.get("arguments")))
+        rest = TOOL_CALL.sub("", output).strip()
+        want = [(c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]]
+        return calls == want and rest == ""
+    if family == "think":
+        m = THINK.match(output)
+        return bool(m) and m.group(2) == expected["content"]
+    if family == "json":
+        try:
+            return json.loads(output) == json.loads(expected["content"])
+        except json.JSONDecodeError:
+            return False
+    return output == expected_text(expected)
+
+
+def training_prompts(examples: int, seed: int) -> set[str]:
+    rng = random.Random(seed)
+    seen = set()
+    for _ in range(examples):
+        ex = conversation(rng)
+        for m in ex["messages"]:
+            if m["role"] == "user":
+                seen.add(m["content"])
+    return seen
+
+
+def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude: set[str]):
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        ex = conversation(rng, unseen=unseen, family=family, prior_turns=turns - 1)
+        users = [m["content"] for m in ex["messages"] if m["role"] == "user"]
+        if not unseen and users[-1] in exclude:
+            continue
+        out.append(ex)
+    return out
+
+
+def run(model_dir: str, n: int, train_examples: int, train_seed: int) -> dict:
+    from mlx_lm import load
+    from mlx_lm.generate import batch_generate
+
+    model, tokenizer = load(model_dir)
+    exclude = training_prompts(train_examples, train_seed)
+    results: dict = {}
+    for set_name, unseen in (("a", False), ("b", True)):
+        for family in Tasks.FAMILIES:
+            for turns in (1, 3):
+                seed = 1000 + 100 * Tasks.FAMILIES.index(family) + 10 * turns + int(unseen)
+                exs = heldout(n, unseen=unseen, family=family, turns=turns, seed=seed, exclude=exclude)
+                prompts = []
+                for ex in exs:
+                    text = tokenizer.apply_chat_template(
+                        prompt_messages(ex), tools=ex["tools"] or None,
+                        add_generation_prompt=True, tokenize=False)
+                    prompts.append(tokenizer.encode(text, add_special_tokens=False))
+                resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
+                ok = 0
+                failures = []
+                for ex, text in zip(exs, resp.texts):
+                    good = score(family, expected_completion(ex), text)
+                    ok += good
+                    if not good and len(failures) < 3:
+                        failures.append({"prompt": prompt_messages(ex)[-1]["content"], "output": text})
+                results[f"{set_name}/{family}/{turns}"] = {"accuracy": ok / len(exs), "n": len(exs),
+                                                           "failures": failures}
+                print(f"{set_name} {family:12s} turns={turns} {ok}/{len(exs)}", flush=True)
+    return results
+
+
+def table(results: dict) -> str:
+    rows = ["| task family | (a) single-turn | (a) third turn | (b) single-turn | (b) third turn |",
+            "|---|---|---|---|---|"]
+    for family in Tasks.FAMILIES:
+        cells = [f"{100 * results[f'{s}/{family}/{t}']['accuracy']:.1f}%"
+                 for s in ("a", "b") for t in (1, 3)]
+        rows.append(f"| {family} | " + " | ".join(cells) + " |")
+    n = next(iter(results.values()))["n"]
+    rows.append(f"\n{n} held-out prompts per cell, greedy decoding.")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default=str(HERE))
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--train-examples", type=int, default=120000)
+    p.add_argument("--train-seed", type=int, default=0)
+    p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
+    p.add_argument("--blas", default="auto")
+    args = p.parse_args(argv)
+    from triode.model.blas import preload_blas
+
+    preload_blas(args.blas)
+    results = run(args.model, args.n, args.train_examples, args.train_seed)
+    md = table(results)
+    print(md)
+    if args.write_readme:
+        out = Path(args.model)
+        (out / "EVAL.md").write_text(md)
+        (out / "eval.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
