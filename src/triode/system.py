@@ -4,6 +4,7 @@
     └── root nursery
         ├── ModelActor (+ engine thread)
         ├── Registry (+ one Supervisor per live response)
+        ├── ResponseStore, ConversationStore
         └── hypercorn.trio.serve(Quart-Trio app)
 """
 
@@ -40,6 +41,7 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
     """Starts the actor tree under the caller's nursery and reports its Handles."""
     from .actors.model import ModelActor
     from .actors.registry import Registry
+    from .actors.store import ConversationStore, ResponseStore
 
     blas = preload_blas(settings.blas)
     log.info("BLAS in use: %s", blas)
@@ -48,11 +50,20 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
             model=settings.model, parallel=settings.parallel, max_queue=settings.max_queue,
             context_length=settings.context_length).run)
         registry = await nursery.start(Registry().run)
+        responses = await nursery.start(ResponseStore(
+            max_entries=settings.responses_store_max_entries,
+            max_bytes=settings.responses_store_max_bytes,
+            ttl_secs=settings.responses_store_ttl_secs).run)
+        conversations = await nursery.start(ConversationStore(
+            max_entries=settings.conversation_store_max_entries,
+            max_bytes=settings.conversation_store_max_bytes,
+            ttl_secs=settings.conversation_store_ttl_secs).run)
         info = model.info
         log.info("model %s loaded (context %d tokens, %d slots)",
                  info.path, info.context_length, settings.parallel)
         task_status.started(Handles(
-            model=model, registry=registry, model_names=model_names(settings, info.path),
+            model=model, registry=registry, responses=responses, conversations=conversations,
+            model_names=model_names(settings, info.path),
             defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key))
 
 

@@ -307,3 +307,39 @@ def test_api_key_guards_every_route_but_health():
             srv.client(api_key="wrong").responses.create(model=MODEL, input="hi")
         ok = srv.client(api_key="sekrit").responses.create(model=MODEL, input="Reply with: ok")
         assert ok.output_text == "ok"
+
+
+def test_runs_under_plain_hypercorn():
+    """`hypercorn --worker-class trio 'triode.http.app:create_app()'` serves the same API."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TRIODE_PARALLEL": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hypercorn", "--worker-class", "trio", "--bind",
+         f"127.0.0.1:{port}", "triode.http.app:create_app()"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def up():
+            try:
+                return httpx.get(base + "/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(0.2)
+                return False
+
+        wait_until(up, timeout=120)
+        assert httpx.get(base + "/health").json()["slots"]["total"] == 2
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        assert client.responses.create(model=MODEL, input="Reply with: hypercorn").output_text \
+            == "hypercorn"
+    finally:
+        proc.terminate()
+        proc.wait(10)

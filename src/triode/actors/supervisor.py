@@ -20,6 +20,8 @@ from .model import ModelHandle
 
 log = logging.getLogger(__name__)
 
+TERMINAL_HOOK_TIMEOUT = 5.0
+
 
 class Supervisor:
     def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
@@ -63,11 +65,12 @@ class Supervisor:
             if not is_terminal(self.status):  # cancelled from outside (shutdown)
                 self._move(Event.CANCEL)
                 self.builder.cancel(self._usage())
+            # Store before announcing the end: whoever saw the terminal state can GET it.
+            if self._on_terminal is not None:
+                with trio.move_on_after(TERMINAL_HOOK_TIMEOUT, shield=True):
+                    await self._on_terminal(self.builder.obj, self.builder.events)
             self._done.set()
             self._notify()
-            if self._on_terminal is not None:
-                with trio.move_on_after(5, shield=True):
-                    await self._on_terminal(self.builder.obj, self.builder.events)
 
     async def _generate(self) -> None:
         async with self._model.generate(self._prompt, self._max_tokens, self._sampling) as adm:

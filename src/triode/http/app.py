@@ -18,6 +18,7 @@ from quart import request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from ..actors.store import StoreDisabled
 from ..errors import APIError, InvalidRequest, ServerError, Unauthorized
 from .routes import api, json_response
 from .translate import Defaults
@@ -34,6 +35,8 @@ class Handles:
 
     model: Any            # ModelHandle
     registry: Any         # RegistryHandle
+    responses: Any        # ResponseStoreHandle
+    conversations: Any    # ConversationStoreHandle
     model_names: tuple[str, ...]
     defaults: Defaults
     blas: str
@@ -42,7 +45,7 @@ class Handles:
 
 
 def create_app(handles: Handles | None = None) -> QuartTrio:
-    app = QuartTrio(__name__)
+    app = QuartTrio(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["TRIODE_HANDLES"] = handles
     app.register_blueprint(api)
@@ -67,6 +70,11 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
     @app.errorhandler(APIError)
     async def api_error(exc: APIError):
         return json_response(exc.body(), exc.status)
+
+    @app.errorhandler(StoreDisabled)
+    async def store_disabled(exc: StoreDisabled):
+        err = InvalidRequest(str(exc))
+        return json_response(err.body(), err.status)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException):

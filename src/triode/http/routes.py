@@ -3,17 +3,20 @@ the `/v1` prefix."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
 
+import attrs
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.events import new_id
 from ..actors.supervisor import Supervisor, SupervisorHandle
-from ..errors import ContextLengthExceeded, InvalidRequest
-from . import sse, translate
+from ..actors.store import StoreDisabled
+from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
+from . import history, sse, translate
 from .convert import structure
 from .wire import CreateResponse
 
@@ -56,7 +59,15 @@ async def create_response():
     h = handles()
     req = structure(await json_body(), CreateResponse)
     translate.check_model(req.model, h.model_names)
-    plan = translate.plan(req, h.defaults)
+    translate.validate(req)
+    past: list[dict[str, Any]] = []
+    conversation = None
+    if req.previous_response_id is not None:
+        past = await history.chain(h.responses, req.previous_response_id)
+    elif req.conversation is not None:
+        conversation = history.conversation_id(req.conversation)
+        past = await h.conversations.get(conversation) or []
+    plan = translate.plan(req, h.defaults, past, conversation)
     prompt = await h.model.render(plan.messages)
     context = h.model.info.context_length
     room = context - len(prompt)
@@ -68,7 +79,8 @@ async def create_response():
     response_id = new_id("resp")
     handle = await h.registry.start(lambda: Supervisor(
         response_id=response_id, prompt=prompt, max_tokens=max_tokens,
-        sampling=plan.sampling, echo=plan.echo, model=h.model))
+        sampling=plan.sampling, echo=plan.echo, model=h.model,
+        on_terminal=lambda obj, events: keep_turn(h, plan, obj, events)))
     if plan.stream:
         return await stream_response(handle)
     try:
@@ -78,6 +90,99 @@ async def create_response():
     return json_response(obj)
 
 
+async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]) -> None:
+    """At a response's end: store it (store: true) and extend its conversation, if any."""
+    if plan.conversation is not None and obj["status"] in ("completed", "incomplete"):
+        with contextlib.suppress(StoreDisabled):
+            await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])
+    if plan.store:
+        with contextlib.suppress(StoreDisabled):
+            await h.responses.put(obj["id"], history.record(obj, plan.items), events)
+
+
+async def stored(response_id: str) -> dict[str, Any]:
+    rec = await handles().responses.get(response_id)
+    if rec is None:
+        raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
+    return rec
+
+
+@route("/responses/<response_id>", methods=["GET"])
+async def get_response(response_id: str):
+    h = handles()
+    live = await h.registry.lookup(response_id)
+    stream = request.args.get("stream", "false").lower() == "true"
+    starting_after = query_int("starting_after", -1, lo=-1)
+    if live is not None and live.snapshot.get("store") and not live.done:
+        if stream:
+            return await stream_response(live, starting_after, cancel_on_disconnect=False)
+        return json_response(live.snapshot)
+    rec = await stored(response_id)
+    if stream:
+        events = await h.responses.get_events(response_id) or []
+        return await replay_response([e for e in events if e["sequence_number"] > starting_after])
+    return json_response(rec["response"])
+
+
+@route("/responses/<response_id>", methods=["DELETE"])
+async def delete_response(response_id: str):
+    if not await handles().responses.delete(response_id):
+        raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
+    return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@route("/responses/<response_id>/cancel", methods=["POST"])
+async def cancel_response(response_id: str):
+    h = handles()
+    h.responses.check_enabled()
+    live = await h.registry.cancel(response_id)
+    if live is not None:
+        obj = await live.wait()
+        if obj.get("store"):
+            return json_response((await stored(response_id))["response"])
+        return json_response(obj)
+    return json_response((await stored(response_id))["response"])
+
+
+@route("/responses/<response_id>/input_items", methods=["GET"])
+async def list_input_items(response_id: str):
+    items = (await stored(response_id))["input"]
+    limit = query_int("limit", 20, lo=1, hi=100)
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("Invalid value for 'order': expected 'asc' or 'desc'", param="order")
+    ordered = items if order == "asc" else items[::-1]
+    after = request.args.get("after")
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        if after not in ids:
+            raise InvalidRequest(f"No input item with id '{after}' in this response.",
+                                 param="after")
+        ordered = ordered[ids.index(after) + 1:]
+    page = ordered[:limit]
+    return json_response({
+        "object": "list", "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > limit,
+    })
+
+
+def query_int(name: str, default: int, *, lo: int, hi: int | None = None) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"Invalid value for '{name}': expected an integer",
+                             param=name) from None
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise InvalidRequest(f"Invalid value for '{name}': must be {bound}", param=name)
+    return value
+
+
 async def cancel_unless_done(handle: SupervisorHandle) -> None:
     """A client that went away (disconnect, cancelled request) cancels its live response."""
     if not handle.done:
@@ -85,7 +190,9 @@ async def cancel_unless_done(handle: SupervisorHandle) -> None:
             await handles().registry.cancel(handle.response_id)
 
 
-async def stream_response(handle: SupervisorHandle, starting_after: int = -1) -> Response:
+async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
+                          cancel_on_disconnect: bool = True) -> Response:
+    """Streams a live response's events; the creating stream's disconnect cancels it."""
     registry = handles().registry
 
     async def frames():
@@ -93,11 +200,23 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1) ->
             async for event in handle.follow(starting_after):
                 yield sse.frame(event)
         finally:
-            if not handle.done:
+            if cancel_on_disconnect and not handle.done:
                 with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
                     await registry.cancel(handle.response_id)
 
-    response = await make_response(frames(), 200, sse.HEADERS)
+    return await sse_response(frames())
+
+
+async def replay_response(events: list[dict[str, Any]]) -> Response:
+    async def frames():
+        for event in events:
+            yield sse.frame(event)
+
+    return await sse_response(frames())
+
+
+async def sse_response(frames) -> Response:
+    response = await make_response(frames, 200, sse.HEADERS)
     response.timeout = None  # an SSE stream lasts as long as generation does
     return response
 
@@ -115,6 +234,8 @@ async def health():
     h = handles()
     model = await h.model.statistics()
     registry = await h.registry.statistics()
+    stores = {name: attrs.asdict(await store.statistics())
+              for name, store in (("responses", h.responses), ("conversations", h.conversations))}
     return json_response({
         "status": "ok" if model.engine_alive else "degraded",
         "model": h.model_names[0],
@@ -127,6 +248,7 @@ async def health():
                        "admitted": model.requests_admitted,
                        "rejected": model.requests_rejected},
         "responses": {"live": registry.live, "started": registry.started},
+        "stores": stores,
     })
 
 
@@ -148,6 +270,16 @@ async def metrics():
          model.requests_rejected),
         ("triode_responses_live", "gauge", "responses with a live supervisor", registry.live),
     ]
+    for name, store in (("responses", h.responses), ("conversations", h.conversations)):
+        st = await store.statistics()
+        rows += [
+            (f"triode_{name}_store_entries", "gauge", f"entries in the {name} store", st.entries),
+            (f"triode_{name}_store_bytes", "gauge", f"retained JSON bytes in the {name} store",
+             st.bytes),
+        ]
+        rows += [(f"triode_{name}_store_evictions_{cause}_total", "counter",
+                  f"{name} store evictions by {cause}", count)
+                 for cause, count in attrs.asdict(st.evictions).items()]
     lines = []
     for name, kind, help_, value in rows:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {value}"]

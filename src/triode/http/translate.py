@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..actors.events import new_id
 from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
 from ..model.engine import Sampling
 from . import wire
@@ -31,12 +32,14 @@ class Defaults:
 
 @attrs.frozen
 class Plan:
+    items: list[dict[str, Any]]          # this turn's input, canonical
     messages: list[dict[str, Any]]
     sampling: Sampling
     max_output_tokens: int | None
     echo: dict[str, Any]
     stream: bool
     store: bool
+    conversation: str | None
 
 
 def _later(param: str, what: str) -> NotSupportedYet:
@@ -56,7 +59,8 @@ def _range(value: float | int | None, lo: float, hi: float, param: str) -> None:
                              param=param)
 
 
-def _validate(req: wire.CreateResponse) -> None:
+def validate(req: wire.CreateResponse) -> None:
+    """Every check that needs nothing but the request itself."""
     _range(req.temperature, 0, 2, "temperature")
     _range(req.top_p, 0, 1, "top_p")
     _range(req.top_logprobs, 0, 20, "top_logprobs")
@@ -89,7 +93,10 @@ def _validate(req: wire.CreateResponse) -> None:
         raise _later("tool_choice", "tool_choice other than 'auto' or 'none'")
     if req.text is not None and req.text.format is not None and req.text.format.type != "text":
         raise _later("text.format", f"text.format of type '{req.text.format.type}'")
-    for param in ("previous_response_id", "conversation", "context_management", "prompt"):
+    if req.previous_response_id is not None and req.conversation is not None:
+        raise InvalidRequest("previous_response_id and conversation cannot be used together",
+                             param="previous_response_id")
+    for param in ("context_management", "prompt"):
         if getattr(req, param) is not None:
             raise _later(param, param)
     if req.background:
@@ -100,12 +107,14 @@ def _validate(req: wire.CreateResponse) -> None:
         raise _later("top_logprobs", "top_logprobs")
 
 
-def _part_text(part: wire.ContentPart, param: str) -> str:
+def _part(part: wire.ContentPart, param: str) -> dict[str, Any]:
     match part:
-        case wire.InputText(text=t) | wire.OutputText(text=t):
-            return t
+        case wire.InputText(text=t):
+            return {"type": "input_text", "text": t}
+        case wire.OutputText(text=t):
+            return {"type": "output_text", "text": t, "annotations": []}
         case wire.Refusal(refusal=t):
-            return t
+            return {"type": "refusal", "refusal": t}
         case wire.InputImage():
             raise InvalidRequest("this model does not take image input", param=param)
         case wire.InputFile():
@@ -113,28 +122,45 @@ def _part_text(part: wire.ContentPart, param: str) -> str:
     raise InvalidRequest("unsupported content part", param=param)
 
 
-def messages_of(req: wire.CreateResponse) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if req.instructions:
-        messages.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
-        return messages
-    for i, item in enumerate(req.input):
+def input_items(req: wire.CreateResponse) -> list[dict[str, Any]]:
+    """The request's input as canonical item dicts (what input_items lists and history keeps)."""
+    raw = [wire.Message(role="user", content=req.input)] if isinstance(req.input, str) \
+        else req.input
+    items = []
+    for i, item in enumerate(raw):
         if isinstance(item, wire.LaterItem):
             raise _later(f"input[{i}]", f"input items of type '{item.type}'")
         if isinstance(item.content, str):
-            text = item.content
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            content = [{"type": kind, "text": item.content, **(
+                {"annotations": []} if kind == "output_text" else {})}]
         else:
-            text = "".join(_part_text(p, f"input[{i}].content[{j}]")
-                           for j, p in enumerate(item.content))
-        messages.append({"role": item.role, "content": text})
+            content = [_part(p, f"input[{i}].content[{j}]") for j, p in enumerate(item.content)]
+        items.append({"type": "message", "role": item.role, "content": content,
+                      "id": item.id or new_id("msg"), "status": item.status or "completed"})
+    return items
+
+
+def _text(content: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", p.get("refusal", "")) for p in content)
+
+
+def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical items (history first, then this turn's input) → chat-template messages."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in items:
+        if item.get("type") == "message":
+            messages.append({"role": item["role"], "content": _text(item["content"])})
     return messages
 
 
-def plan(req: wire.CreateResponse, defaults: Defaults) -> Plan:
-    _validate(req)
-    messages = messages_of(req)
+def plan(req: wire.CreateResponse, defaults: Defaults,
+         history: list[dict[str, Any]] = (), conversation: str | None = None) -> Plan:
+    """The validated request (see `validate`) with its history, ready for the actors."""
+    items = input_items(req)
+    messages = chat_messages(req.instructions, [*history, *items])
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=defaults.top_k,
@@ -150,7 +176,7 @@ def plan(req: wire.CreateResponse, defaults: Defaults) -> Plan:
         "model": req.model,
         "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
         "previous_response_id": req.previous_response_id,
-        "conversation": None,
+        "conversation": {"id": conversation} if conversation else None,
         "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
                       "summary": req.reasoning.summary if req.reasoning else None},
         "store": store,
@@ -167,5 +193,6 @@ def plan(req: wire.CreateResponse, defaults: Defaults) -> Plan:
         "prompt_cache_key": req.prompt_cache_key,
         "safety_identifier": req.safety_identifier,
     }
-    return Plan(messages=messages, sampling=sampling, max_output_tokens=req.max_output_tokens,
-                echo=echo, stream=bool(req.stream), store=store)
+    return Plan(items=items, messages=messages, sampling=sampling, max_output_tokens=req.max_output_tokens,
+                echo=echo, stream=bool(req.stream), store=store,
+                conversation=conversation)

@@ -183,15 +183,23 @@ def tool_call(name: str, args: dict) -> dict:
 # are extra (tool-result, assistant) message pairs for the tool-result family.
 
 
+RECALL_PROMPT = "Repeat your first answer."
+
+
 class Tasks:
     FAMILIES = ("reply", "tool", "tool_result", "think", "json")
+    # Families that only make sense after earlier turns; evaluated on their own.
+    HISTORY_FAMILIES = ("recall",)
 
-    def __init__(self, rng: random.Random, words: Words):
+    def __init__(self, rng: random.Random, words: Words, long_reply_share: float = 0.0):
         self.rng = rng
         self.w = words
+        self.long_reply_share = long_reply_share
 
     def reply(self) -> tuple[list[dict], list[dict]]:
-        p = self.w.phrase()
+        # No draw when the share is 0, so the base stage's random stream stays as it was.
+        long = self.long_reply_share > 0 and self.rng.random() < self.long_reply_share
+        p = self.w.phrase(8, 40) if long else self.w.phrase()
         return [
             {"role": "user", "content": f"Reply with: {p}"},
             {"role": "assistant", "content": p},
@@ -280,11 +288,27 @@ class Tasks:
         return getattr(self, family)()
 
 
-def conversation(rng: random.Random, *, unseen: bool = False, family: str | None = None,
-                 prior_turns: int | None = None) -> dict:
-    """One training/eval example: {"messages", "tools", "family", "turns"}."""
+def recall_conversation(rng: random.Random, *, unseen: bool = False, prior_turns: int = 2) -> dict:
+    """Earlier text-answer turns, then `Repeat your first answer.` → the first answer."""
     words = Words(rng, unseen=unseen)
     tasks = Tasks(rng, words)
+    messages: list[dict] = []
+    if rng.random() < 0.3:
+        messages.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
+    for _ in range(prior_turns):
+        m, _ = tasks.make(rng.choice(("reply", "reply", "json", "think")))
+        messages += m
+    first = next(m for m in messages if m["role"] == "assistant")
+    messages += [{"role": "user", "content": RECALL_PROMPT},
+                 {"role": "assistant", "content": first["content"]}]
+    return {"messages": messages, "tools": [], "family": "recall", "turns": prior_turns + 1}
+
+
+def conversation(rng: random.Random, *, unseen: bool = False, family: str | None = None,
+                 prior_turns: int | None = None, long_reply_share: float = 0.0) -> dict:
+    """One training/eval example: {"messages", "tools", "family", "turns"}."""
+    words = Words(rng, unseen=unseen)
+    tasks = Tasks(rng, words, long_reply_share)
     if prior_turns is None:
         prior_turns = rng.choice((0, 0, 0, 0, 1, 2))
     family = family or rng.choice(Tasks.FAMILIES)
@@ -312,3 +336,14 @@ def expected_completion(example: dict) -> dict:
 
 def prompt_messages(example: dict) -> list[dict]:
     return example["messages"][:-1]
+
+
+# The second (fine-tuning) stage: everything of the first, plus long copies and recall.
+FINETUNE_LONG_REPLY_SHARE = 0.15
+FINETUNE_RECALL_SHARE = 0.15
+
+
+def finetune_example(rng: random.Random) -> dict:
+    if rng.random() < FINETUNE_RECALL_SHARE:
+        return recall_conversation(rng, prior_turns=rng.choice((1, 2, 2, 3)))
+    return conversation(rng, long_reply_share=FINETUNE_LONG_REPLY_SHARE)

@@ -17,7 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from .data import Tasks, conversation, expected_completion, prompt_messages
+from .data import (Tasks, conversation, expected_completion, finetune_example, prompt_messages,
+                   recall_conversation)
 
 HERE = Path(__file__).resolve().parent
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
@@ -51,66 +52,74 @@ def score(family: str, expected: dict, output: str) -> bool:
     return output == expected_text(expected)
 
 
-def training_prompts(examples: int, seed: int) -> set[str]:
-    rng = random.Random(seed)
+def training_prompts(stages: list[tuple[object, int, int]]) -> set[str]:
+    """Every user message the training stages (generator, examples, seed) produced."""
     seen = set()
-    for _ in range(examples):
-        ex = conversation(rng)
-        for m in ex["messages"]:
-            if m["role"] == "user":
-                seen.add(m["content"])
+    for make, examples, seed in stages:
+        rng = random.Random(seed)
+        for _ in range(examples):
+            for m in make(rng)["messages"]:
+                if m["role"] == "user":
+                    seen.add(m["content"])
     return seen
 
 
 def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude: set[str]):
+    """Held-out examples; in-distribution ones whose user turns were all seen are skipped."""
     rng = random.Random(seed)
     out = []
     while len(out) < n:
-        ex = conversation(rng, unseen=unseen, family=family, prior_turns=turns - 1)
+        if family == "recall":
+            ex = recall_conversation(rng, unseen=unseen, prior_turns=turns - 1)
+        else:
+            ex = conversation(rng, unseen=unseen, family=family, prior_turns=turns - 1)
         users = [m["content"] for m in ex["messages"] if m["role"] == "user"]
-        if not unseen and users[-1] in exclude:
+        if not unseen and all(u in exclude for u in users):
             continue
         out.append(ex)
     return out
 
 
-def run(model_dir: str, n: int, train_examples: int, train_seed: int) -> dict:
+CELLS = [(family, turns) for family in Tasks.FAMILIES for turns in (1, 3)] + [("recall", 3)]
+
+
+def run(model_dir: str, n: int, stages) -> dict:
     from mlx_lm import load
     from mlx_lm.generate import batch_generate
 
     model, tokenizer = load(model_dir)
-    exclude = training_prompts(train_examples, train_seed)
+    exclude = training_prompts(stages)
     results: dict = {}
     for set_name, unseen in (("a", False), ("b", True)):
-        for family in Tasks.FAMILIES:
-            for turns in (1, 3):
-                seed = 1000 + 100 * Tasks.FAMILIES.index(family) + 10 * turns + int(unseen)
-                exs = heldout(n, unseen=unseen, family=family, turns=turns, seed=seed, exclude=exclude)
-                prompts = []
-                for ex in exs:
-                    text = tokenizer.apply_chat_template(
-                        prompt_messages(ex), tools=ex["tools"] or None,
-                        add_generation_prompt=True, tokenize=False)
-                    prompts.append(tokenizer.encode(text, add_special_tokens=False))
-                resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
-                ok = 0
-                failures = []
-                for ex, text in zip(exs, resp.texts):
-                    good = score(family, expected_completion(ex), text)
-                    ok += good
-                    if not good and len(failures) < 3:
-                        failures.append({"prompt": prompt_messages(ex)[-1]["content"], "output": text})
-                results[f"{set_name}/{family}/{turns}"] = {"accuracy": ok / len(exs), "n": len(exs),
-                                                           "failures": failures}
-                print(f"{set_name} {family:12s} turns={turns} {ok}/{len(exs)}", flush=True)
+        for family, turns in CELLS:
+            seed = 1000 + 100 * [c[0] for c in CELLS].index(family) + 10 * turns + int(unseen)
+            exs = heldout(n, unseen=unseen, family=family, turns=turns, seed=seed, exclude=exclude)
+            prompts = []
+            for ex in exs:
+                text = tokenizer.apply_chat_template(
+                    prompt_messages(ex), tools=ex["tools"] or None,
+                    add_generation_prompt=True, tokenize=False)
+                prompts.append(tokenizer.encode(text, add_special_tokens=False))
+            resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
+            ok = 0
+            failures = []
+            for ex, text in zip(exs, resp.texts):
+                good = score(family, expected_completion(ex), text)
+                ok += good
+                if not good and len(failures) < 3:
+                    failures.append({"prompt": prompt_messages(ex)[-1]["content"], "output": text})
+            results[f"{set_name}/{family}/{turns}"] = {"accuracy": ok / len(exs), "n": len(exs),
+                                                       "failures": failures}
+            print(f"{set_name} {family:12s} turns={turns} {ok}/{len(exs)}", flush=True)
     return results
 
 
 def table(results: dict) -> str:
     rows = ["| task family | (a) single-turn | (a) third turn | (b) single-turn | (b) third turn |",
             "|---|---|---|---|---|"]
-    for family in Tasks.FAMILIES:
+    for family in (*Tasks.FAMILIES, *Tasks.HISTORY_FAMILIES):
         cells = [f"{100 * results[f'{s}/{family}/{t}']['accuracy']:.1f}%"
+                 if f"{s}/{family}/{t}" in results else "—"
                  for s in ("a", "b") for t in (1, 3)]
         rows.append(f"| {family} | " + " | ".join(cells) + " |")
     n = next(iter(results.values()))["n"]
@@ -124,13 +133,18 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--train-examples", type=int, default=120000)
     p.add_argument("--train-seed", type=int, default=0)
+    p.add_argument("--finetune-examples", type=int, default=0)
+    p.add_argument("--finetune-seed", type=int, default=1)
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
     args = p.parse_args(argv)
     from triode.model.blas import preload_blas
 
     preload_blas(args.blas)
-    results = run(args.model, args.n, args.train_examples, args.train_seed)
+    stages = [(conversation, args.train_examples, args.train_seed)]
+    if args.finetune_examples:
+        stages.append((finetune_example, args.finetune_examples, args.finetune_seed))
+    results = run(args.model, args.n, stages)
     md = table(results)
     print(md)
     if args.write_readme:

@@ -3,6 +3,9 @@
     python -m triode.model.tiny.train --out src/triode/model/tiny   # one process
     python -m triode.model.tiny.train --ranks 2 --out ...           # two ring-backend ranks
 
+The bundled weights are made in two stages (the exact commands are in README.md): `base`
+from scratch, then `finetune` from the base weights with long copies and recall added.
+
 Not run by CI or tests; the files it writes are committed. Fixed seeds and a fixed step count
 make a run reproducible. With `--ranks 2` the script starts its own two ranks over loopback
 (MLX's ring backend), each training on half of every batch.
@@ -100,7 +103,7 @@ def train(args) -> None:
     from mlx_lm.models.qwen3 import Model, ModelArgs
     from transformers import AutoTokenizer
 
-    from .data import conversation
+    from .data import conversation, finetune_example
     from .tokenizer import build, corpus_sample
 
     group = mx.distributed.init() if args.ranks > 1 else None
@@ -119,10 +122,11 @@ def train(args) -> None:
     pad_id = tokenizer.pad_token_id
 
     rng = random.Random(args.seed)
+    make_example = finetune_example if args.stage == "finetune" else conversation
     t0 = time.time()
     rows = []
     for i in range(args.examples):
-        ex = conversation(rng)
+        ex = make_example(rng)
         ids, mask = encode(tokenizer, ex)
         if len(ids) <= args.max_len:
             rows.append((ids, mask))
@@ -132,6 +136,9 @@ def train(args) -> None:
     config = dict(CONFIG, vocab_size=len(tokenizer))
     mx.random.seed(args.seed)
     model = Model(ModelArgs.from_dict(config))
+    if args.init_from:
+        model.load_weights(str(Path(args.init_from) / "model.safetensors"))
+        log(f"initialised from {args.init_from}")
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     log(f"parameters: {n_params}")
 
@@ -174,10 +181,10 @@ def train(args) -> None:
         weights = dict(tree_flatten(model.parameters()))
         mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        meta = {"steps": steps, "train_seconds": round(wall), "parameters": n_params,
+        meta = {"stage": args.stage, "init_from": args.init_from, "steps": steps, "train_seconds": round(wall), "parameters": n_params,
                 "examples": len(rows), "tokens_seen": seen, "seed": args.seed,
                 "ranks": size, "tokens_per_batch": args.tokens_per_batch, "lr": args.lr}
-        (work / "train_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (work / f"train_meta_{args.stage}.json").write_text(json.dumps(meta, indent=2) + "\n")
         log(f"saved to {out} after {wall:.0f}s")
 
 
@@ -213,6 +220,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-len", type=int, default=900)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stage", choices=("base", "finetune"), default="base",
+                   help="base: the core families; finetune: plus long copies and recall")
+    p.add_argument("--init-from", default=None, help="start from this model directory's weights")
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--blas", default="auto", help="auto|mkl|none: BLAS preloaded before MLX")
     p.add_argument("--skip-eval", action="store_true")

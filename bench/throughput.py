@@ -1,0 +1,621 @@
+#!/usr/bin/env python
+"""Generated tokens/s and time to first token at several concurrency levels, three ways.
+
+    (a) raw mlx-lm `BatchGenerator` in this process, on MKL (what triode's engine drives);
+        (a-builtin) is the same on MLX's own BLAS, in a subprocess, to show the BLAS gain
+    (b) triode: `POST /v1/responses`, streamed (SSE)
+    (c) mlx_lm.server: `POST /v1/chat/completions`, streamed, on MKL too (LD_PRELOAD)
+
+Every path gets the same prompts, greedy decoding and the same max output tokens, and all of
+them run in ONE invocation, interleaved per concurrency level: the machine is noisy, so only
+ratios within one run mean anything. Concurrency C means C requests in flight at all times
+(as one finishes the next starts) until N requests are done. Servers bind 127.0.0.1 only and
+are stopped in `finally`.
+
+    .venv/bin/python bench/throughput.py --model all                 # the full benchmark
+    .venv/bin/python bench/throughput.py --smoke --model /tmp/tinytest  # a quick check
+
+The Markdown tables go to stdout (for docs/benchmarks.md); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED_DIR = REPO / "src" / "triode" / "model" / "tiny"
+PATHS = ("a", "a-builtin", "b", "c")
+PATH_NAMES = {"a": "(a) mlx-lm", "a-builtin": "(a) builtin BLAS", "b": "(b) triode",
+              "c": "(c) mlx_lm.server"}
+ALIAS = "bench"
+SERVER_START_TIMEOUT = 600.0   # seconds; loading a model on a busy 2-core machine is slow
+REQUEST_TIMEOUT = 3600.0
+WARMUP_TOKENS = 8
+
+# The random model: ~75M parameters with the bundled tokenizer's ~1k vocabulary.
+RANDOM_SIZE = dict(hidden_size=768, num_hidden_layers=12, intermediate_size=2048,
+                   num_attention_heads=12, num_key_value_heads=4, head_dim=64)
+RANDOM_SEED = 0
+# Used when the bundled model has no config.json yet (its weights may still be training).
+QWEN3_BASE_CONFIG = {
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "rms_norm_eps": 1e-06,
+    "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+
+
+WORDS = ("apple river stone cloud violet copper lantern meadow harbor pepper falcon maple "
+         "canyon velvet ember glacier orbit tulip marble cedar comet willow saffron thunder "
+         "pebble quartz lemon anchor breeze cobalt dune fern garnet hazel ivory juniper kelp "
+         "lotus mango nectar").split()
+WARMUP_PROMPT = "Reply with: warm up"   # not in the timed list, so no prompt cache helps
+
+
+def make_prompts(count: int) -> list[str]:
+    """`Reply with: <words>` (the bundled model's task), distinct, the same in every run."""
+    rng = random.Random(1234)
+    prompts: list[str] = []
+    while len(prompts) < count:
+        prompt = "Reply with: " + " ".join(rng.sample(WORDS, rng.randint(3, 6)))
+        if prompt not in prompts:
+            prompts.append(prompt)
+    return prompts
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Result:
+    tokens: int               # generated tokens, the final (EOS) token included, as servers count
+    seconds: float            # wall time from the first request to the last token
+    ttft_seconds: list[float]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def p50_ttft_ms(self) -> float:
+        return statistics.median(self.ttft_seconds) * 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) raw BatchGenerator, in process
+
+
+def load_model(model_dir: Path):
+    from mlx_lm import load
+
+    return load(str(model_dir))
+
+
+def encode(tokenizer, prompt: str) -> list[int]:
+    """The prompt as triode renders it: chat template, generation prompt, no extra BOS."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                         add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def run_raw(model, tokenizer, prompts: list[str], concurrency: int, max_tokens: int) -> Result:
+    from mlx_lm.generate import BatchGenerator
+
+    # Tokenized before the clock starts; the servers tokenize inside theirs, which is cheap.
+    waiting = [encode(tokenizer, p) for p in reversed(prompts)]
+    # The settings triode's engine uses (src/triode/model/engine.py).
+    generator = BatchGenerator(model, stop_tokens=[[t] for t in tokenizer.eos_token_ids],
+                               completion_batch_size=concurrency,
+                               prefill_batch_size=min(concurrency, 8))
+    inserted_at: dict[int, float] = {}
+    ttft: dict[int, float] = {}
+    in_flight: set[int] = set()
+    tokens = 0
+
+    def top_up() -> None:
+        while waiting and len(in_flight) < concurrency:
+            (uid,) = generator.insert([waiting.pop()], [max_tokens])
+            inserted_at[uid] = time.perf_counter()
+            in_flight.add(uid)
+
+    start = time.perf_counter()
+    try:
+        top_up()
+        while in_flight:
+            _, responses = generator.next()
+            now = time.perf_counter()
+            for r in responses:
+                tokens += 1
+                ttft.setdefault(r.uid, now - inserted_at[r.uid])
+                if r.finish_reason is not None:
+                    in_flight.discard(r.uid)
+            top_up()
+    finally:
+        generator.close()
+    return Result(tokens, time.perf_counter() - start, list(ttft.values()))
+
+
+_loaded: tuple[Path, object, object] | None = None   # one model kept across concurrency levels
+
+
+def measure_raw(model_dir: Path, prompts: list[str], concurrency: int, max_tokens: int) -> Result:
+    global _loaded
+    if _loaded is None or _loaded[0] != model_dir:
+        _loaded = None   # drop the previous model before loading the next
+        _loaded = (model_dir, *load_model(model_dir))
+    _, model, tokenizer = _loaded
+    run_raw(model, tokenizer, [WARMUP_PROMPT] * concurrency, concurrency, WARMUP_TOKENS)
+    return run_raw(model, tokenizer, prompts, concurrency, max_tokens)
+
+
+def measure_raw_builtin_blas(model_dir: Path, prompts: list[str], concurrency: int,
+                             max_tokens: int) -> Result:
+    """(a) on MLX's own BLAS: a fresh process, since this one already preloaded MKL."""
+    cmd = [sys.executable, __file__, "--raw-worker", "--blas", "none", "--model", str(model_dir),
+           "--concurrency", str(concurrency), "--requests", str(len(prompts)),
+           "--max-tokens", str(max_tokens)]
+    with child_process(cmd, stdout=subprocess.PIPE) as proc:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"raw worker exited with {proc.returncode}")
+    return Result(**json.loads(out.strip().splitlines()[-1]))
+
+
+def raw_worker(args: argparse.Namespace) -> int:
+    """The subprocess side of measure_raw_builtin_blas: one measurement, JSON on stdout."""
+    from triode.model.blas import sgemm_provider
+
+    prompts = make_prompts(args.requests)
+    result = measure_raw(Path(args.model[0]), prompts, args.concurrency[0], args.max_tokens)
+    # None: no cblas_sgemm in the global scope, i.e. MLX calls the BLAS it links itself.
+    log(f"  raw worker: cblas_sgemm from {sgemm_provider() or 'MLX (builtin)'}")
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Server subprocesses
+
+
+@contextmanager
+def child_process(cmd: list[str], *, env: dict[str, str] | None = None,
+                  log_path: Path | None = None, stdout=None) -> Iterator[subprocess.Popen]:
+    """A subprocess that is stopped (TERM, then KILL) when the block exits, however it exits."""
+    log_file = open(log_path, "wb") if log_path else None
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=log_file or stdout,
+                            stderr=subprocess.STDOUT if log_file else None)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if log_file:
+            log_file.close()
+
+
+def wait_for_log_line(proc: subprocess.Popen, log_path: Path, pattern: str) -> re.Match:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log_path.read_text(errors="replace"))
+        if match:
+            return match
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"server did not start ({' '.join(proc.args)}):\n{tail(log_path)}")
+
+
+def wait_for_health(proc: subprocess.Popen, log_path: Path, url: str) -> None:
+    import httpx
+
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"server did not start ({' '.join(proc.args)}):\n{tail(log_path)}")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    # mlx_lm.server has no way to report a port it picked itself.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def triode_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+    cmd = [sys.executable, "-m", "triode", "serve", "--host", "127.0.0.1", "--port", "0",
+           "--model", str(model_dir), "--model-alias", ALIAS, "--parallel", str(concurrency),
+           "--log-level", "warning"]
+    with child_process(cmd, log_path=log_path) as proc:
+        match = wait_for_log_line(proc, log_path, r"triode listening on (http://\S+)")
+        yield match.group(1)
+
+
+@contextmanager
+def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+    from triode.model.blas import find_mkl
+
+    env = dict(os.environ)
+    mkl = find_mkl()
+    if mkl is not None and platform.system() == "Linux":
+        # The same BLAS triode preloads, the same way: first in the global lookup scope.
+        env["LD_PRELOAD"] = " ".join(filter(None, [str(mkl), env.get("LD_PRELOAD")]))
+        env.setdefault("MKL_THREADING_LAYER", "INTEL")
+    port = free_port()
+    # `python -m mlx_lm.server` is deprecated in favour of the `server` subcommand.
+    cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
+           "--host", "127.0.0.1", "--port", str(port),
+           # Its BatchGenerator's sizes, set as triode's engine sets them.
+           "--decode-concurrency", str(concurrency),
+           "--prompt-concurrency", str(min(concurrency, 8)),
+           "--log-level", "WARNING"]
+    with child_process(cmd, env=env, log_path=log_path) as proc:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_health(proc, log_path, base + "/health")
+        yield base
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) and (c): streaming HTTP clients
+
+
+async def sse_events(client, path: str, body: dict):
+    """Yields each SSE `data:` payload as JSON, stopping at `[DONE]`."""
+    async with client.stream("POST", path, json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            raise RuntimeError(f"{path}: HTTP {response.status_code}: {response.text[:500]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                return
+            yield json.loads(data)
+
+
+async def one_triode_request(client, prompt: str, max_tokens: int) -> tuple[int, float]:
+    body = {"model": ALIAS, "input": prompt, "stream": True, "max_output_tokens": max_tokens,
+            "temperature": 0}
+    start = time.perf_counter()
+    ttft = None
+    async for event in sse_events(client, "/v1/responses", body):
+        kind = event.get("type")
+        if kind == "response.output_text.delta" and ttft is None:
+            ttft = time.perf_counter() - start
+        elif kind in ("response.completed", "response.incomplete"):
+            return event["response"]["usage"]["output_tokens"], ttft or time.perf_counter() - start
+        elif kind in ("response.failed", "error"):
+            raise RuntimeError(f"triode: {event}")
+    raise RuntimeError("triode: stream ended without response.completed/incomplete")
+
+
+async def one_chat_request(client, prompt: str, max_tokens: int,
+                           count_tokens) -> tuple[int, float]:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    ttft = None
+    text = []
+    usage = None
+    async for chunk in sse_events(client, "/v1/chat/completions", body):
+        for choice in chunk.get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                ttft = ttft or time.perf_counter() - start
+                text.append(content)
+        usage = chunk.get("usage") or usage
+    tokens = usage["completion_tokens"] if usage else count_tokens("".join(text))
+    return tokens, ttft or time.perf_counter() - start
+
+
+def drive_http(base_url: str, one_request, prompts: list[str], concurrency: int) -> Result:
+    """C workers, each sending its next prompt as soon as its previous response has ended."""
+    import httpx
+    import trio
+
+    async def main() -> Result:
+        limits = httpx.Limits(max_connections=concurrency + 4)
+        async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT,
+                                     limits=limits) as client:
+            todo = iter(prompts)   # shared: trio tasks switch only at awaits
+            done: list[tuple[int, float]] = []
+
+            async def worker() -> None:
+                for prompt in todo:
+                    done.append(await one_request(client, prompt))
+
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(concurrency):
+                    nursery.start_soon(worker)
+            seconds = time.perf_counter() - start
+        return Result(sum(t for t, _ in done), seconds, [ttft for _, ttft in done])
+
+    return trio.run(main)
+
+
+def measure_server(server, one_request, model_dir: Path, prompts: list[str], concurrency: int,
+                   max_tokens: int, log_path: Path) -> Result:
+    with server(model_dir, concurrency, log_path) as base_url:
+        # Warm-up: the first requests load lazily-initialized state and size the batch buffers.
+        drive_http(base_url, lambda c, p: one_request(c, p, WARMUP_TOKENS),
+                   [WARMUP_PROMPT] * concurrency, concurrency)
+        return drive_http(base_url, lambda c, p: one_request(c, p, max_tokens), prompts,
+                          concurrency)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def create_random_model(directory: Path) -> Path:
+    """A random-weight qwen3 model with the bundled tokenizer, the same for every seed."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models.qwen3 import Model, ModelArgs
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(BUNDLED_DIR / name, directory / name)
+    bundled_config = BUNDLED_DIR / "config.json"
+    config = json.loads(bundled_config.read_text()) if bundled_config.exists() else {
+        **QWEN3_BASE_CONFIG, "vocab_size": tokenizer_vocab_size(BUNDLED_DIR / "tokenizer.json")}
+    config.update(RANDOM_SIZE)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    mx.random.seed(RANDOM_SEED)
+    model = Model(ModelArgs.from_dict(config))
+    mx.eval(model.parameters())
+    mx.save_safetensors(str(directory / "model.safetensors"),
+                        dict(tree_flatten(model.parameters())))
+    return directory
+
+
+def tokenizer_vocab_size(tokenizer_json: Path) -> int:
+    data = json.loads(tokenizer_json.read_text())
+    ids = list(data["model"]["vocab"].values()) + [t["id"] for t in data.get("added_tokens", [])]
+    return max(ids) + 1
+
+
+def parameter_count(model_dir: Path) -> int:
+    """From the safetensors headers, without loading anything."""
+    total = 0
+    for path in model_dir.glob("*.safetensors"):
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_len))
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in tensor["shape"]:
+                    count *= dim
+                total += count
+    return total
+
+
+def resolve_models(names: list[str], scratch: Path) -> list[tuple[str, Path]]:
+    if "all" in names:
+        names = ["bundled", "random"] + [n for n in names if n not in ("all", "bundled", "random")]
+    models = []
+    for name in dict.fromkeys(names):
+        if name == "random":
+            log("creating the random model ...")
+            models.append((name, create_random_model(scratch / "random-model")))
+            continue
+        path = BUNDLED_DIR if name == "bundled" else Path(name).resolve()
+        missing = [f for f in ("config.json", "model.safetensors") if not (path / f).exists()]
+        if missing:
+            sys.exit(f"--model {name}: {path} has no {', '.join(missing)}"
+                     + (" (is the bundled model trained yet?)" if name == "bundled" else ""))
+        models.append((name, path))
+    return models
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def markdown_table(results: dict[tuple[int, str], Result | None], levels: list[int],
+                   paths: list[str]) -> str:
+    def cell(value: float | None, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    def rate(level: int, path: str) -> float | None:
+        r = results.get((level, path))
+        return r.tokens_per_second if r else None
+
+    def ratio(level: int, top: str, bottom: str) -> float | None:
+        a, b = rate(level, top), rate(level, bottom)
+        return a / b if a and b else None
+
+    ratios = [(f"{t}/{b}", t, b) for t, b in (("b", "a"), ("b", "c"), ("a", "a-builtin"))
+              if t in paths and b in paths]
+    header = (["C"] + [f"{PATH_NAMES[p]} tok/s" for p in paths]
+              + [f"{PATH_NAMES[p]} TTFT p50 ms" for p in paths] + [name for name, _, _ in ratios])
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for level in levels:
+        row = [str(level)]
+        row += [cell(rate(level, p), ".1f") for p in paths]
+        row += [cell(results[(level, p)].p50_ttft_ms if results.get((level, p)) else None, ".0f")
+                for p in paths]
+        row += [cell(ratio(level, t, b), ".2f") for _, t, b in ratios]
+        rows.append("| " + " | ".join(row) + " |")
+    return "\n".join(rows)
+
+
+def work_note(results: dict[tuple[int, str], Result | None], levels: list[int],
+              paths: list[str]) -> str:
+    """Tokens generated per path: equal work is what makes the rates comparable."""
+    parts = []
+    for level in levels:
+        counts = ", ".join(f"{p} {results[(level, p)].tokens}" for p in paths
+                           if results.get((level, p)))
+        parts.append(f"C={level}: {counts}")
+    return "Tokens generated — " + "; ".join(parts)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append",
+                        help="bundled, random, all, or a model directory; repeatable "
+                             "(default: all)")
+    parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                        help="comma-separated levels (default: 1,8,32; smoke: 1,2)")
+    parser.add_argument("--requests", type=int,
+                        help="requests per concurrency level (default: 64; smoke: 4)")
+    parser.add_argument("--max-tokens", type=int,
+                        help="max output tokens per request (default: 64; smoke: 8)")
+    parser.add_argument("--paths", type=lambda s: s.split(","), default=list(PATHS),
+                        help=f"which of {','.join(PATHS)} to run (default: all)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny configuration, to check")
+    parser.add_argument("--blas", choices=("auto", "none"), default="auto",
+                        help="BLAS for the in-process path (a); the a-builtin path uses none")
+    parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    smoke = args.smoke
+    args.model = args.model or ["all"]
+    args.concurrency = args.concurrency or ([1, 2] if smoke else [1, 8, 32])
+    args.requests = args.requests or (4 if smoke else 64)
+    args.max_tokens = args.max_tokens or (8 if smoke else 64)
+    unknown = set(args.paths) - set(PATHS)
+    if unknown:
+        parser.error(f"--paths: unknown {', '.join(sorted(unknown))}; choose from {PATHS}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # TERM (and INT, which a shell's `&` sets to ignored) become KeyboardInterrupt, so every
+    # `finally` runs and no server is left behind. TERM goes through SIGINT's handler because
+    # inside trio.run that is trio's, which raises the KeyboardInterrupt at a safe point.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+
+    # Before anything imports mlx: the preload cannot be undone later in this process.
+    from triode.model.blas import preload_blas, sgemm_provider
+
+    blas = preload_blas(args.blas)
+    if args.raw_worker:
+        return raw_worker(args)
+
+    command = shlex.join([os.path.relpath(sys.executable, Path.cwd()),
+                          os.path.relpath(__file__, Path.cwd()), *sys.argv[1:]])
+    paths = [p for p in PATHS if p in args.paths]
+    prompts = make_prompts(args.requests)
+    output: list[str] = []
+    with ExitStack() as cleanup:
+        scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="triode-bench-")))
+        models = resolve_models(args.model, scratch)
+        import mlx.core as mx   # after the preload
+        import mlx_lm
+
+        output += [f"Command: `{command}`", "",
+                   f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, "
+                   f"{os.cpu_count()} cores, mlx {mx.__version__}, mlx-lm {mlx_lm.__version__}, "
+                   f"BLAS for (a)/(b)/(c): {blas} (cblas_sgemm from {sgemm_provider()}). "
+                   f"{args.requests} requests per level, {args.max_tokens} max output tokens, "
+                   "greedy, prompts `Reply with: <3-6 words>`.", ""]
+        for label, model_dir in models:
+            results: dict[tuple[int, str], Result | None] = {}
+            for level in args.concurrency:
+                for path in paths:
+                    log(f"{label} C={level} {PATH_NAMES[path]} ...")
+                    server_log = scratch / f"{path}-{level}.log"
+                    try:
+                        if path == "a":
+                            result = measure_raw(model_dir, prompts, level, args.max_tokens)
+                        elif path == "a-builtin":
+                            result = measure_raw_builtin_blas(model_dir, prompts, level,
+                                                              args.max_tokens)
+                        elif path == "b":
+                            result = measure_server(triode_server, one_triode_request,
+                                                    model_dir, prompts, level, args.max_tokens,
+                                                    server_log)
+                        else:
+                            result = measure_server(mlx_lm_server, chat_request_for(model_dir),
+                                                    model_dir, prompts, level, args.max_tokens,
+                                                    server_log)
+                    except Exception:
+                        # One broken path should not throw away the others' numbers.
+                        log(traceback.format_exc())
+                        result = None
+                    results[(level, path)] = result
+                    if result:
+                        log(f"  {result.tokens} tokens in {result.seconds:.2f}s = "
+                            f"{result.tokens_per_second:.1f} tok/s, "
+                            f"p50 TTFT {result.p50_ttft_ms:.0f} ms")
+            params = parameter_count(model_dir) / 1e6
+            title = label if label in ("bundled", "random") else f"`{model_dir}`"
+            output += [f"### {title} ({params:.1f}M parameters)", "",
+                       markdown_table(results, args.concurrency, paths), "",
+                       work_note(results, args.concurrency, paths), ""]
+    print("\n".join(output))
+    return 0
+
+
+def chat_request_for(model_dir: Path):
+    """The (c) request function; counts tokens itself only if the server reports no usage."""
+    tokenizer = None
+
+    def count_tokens(text: str) -> int:
+        nonlocal tokenizer
+        if tokenizer is None:
+            from mlx_lm.utils import load_tokenizer
+
+            tokenizer = load_tokenizer(model_dir)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return lambda client, prompt, max_tokens: one_chat_request(client, prompt, max_tokens,
+                                                               count_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""The response store and the conversation store: one actor each, each owning a BudgetedMap.
+
+Values cross the mailbox as compact JSON bytes, encoded and decoded in the caller's task by
+the handle. That keeps retained memory close to the byte budget (a parsed response with its
+stream events takes three to four times its JSON size), gives callers fresh objects that
+cannot alias the store's state, and makes every entry's size exact: the length of what is
+kept, which `approx_json_bytes` estimates for callers that need a size before encoding.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterable
+
+import attrs
+import trio
+
+from triode.actors.budget import BudgetedMap, BudgetStatistics
+from triode.actors.mailbox import ReplyChannel, answer, ask
+
+MAILBOX_SIZE = 64
+MAX_SWEEP_INTERVAL_SECS = 60.0
+
+
+class StoreDisabled(Exception):
+    """The store was configured with `max_entries == 0`; the HTTP layer answers 400."""
+
+
+def encode_json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@attrs.frozen
+class StoredResponse:
+    body: bytes
+    events: bytes
+
+
+# Messages shared by both mailboxes.
+
+
+@attrs.frozen
+class GetStatistics:
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class Sweep:
+    """Sent by the actor's own timer so expired entries give their memory back unread."""
+
+
+# The response store's mailbox.
+
+
+@attrs.frozen
+class PutResponse:
+    response_id: str
+    stored: StoredResponse
+    pinned: bool
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class GetResponse:
+    response_id: str
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class DeleteResponse:
+    response_id: str
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class PinResponse:
+    response_id: str
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class UnpinResponse:
+    response_id: str
+    reply: ReplyChannel
+
+
+ResponseStoreMessage = (
+    PutResponse
+    | GetResponse
+    | DeleteResponse
+    | PinResponse
+    | UnpinResponse
+    | GetStatistics
+    | Sweep
+)
+
+
+# The conversation store's mailbox.
+
+
+@attrs.frozen
+class GetConversation:
+    conversation_id: str
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class AppendConversation:
+    conversation_id: str
+    items: tuple[bytes, ...]
+    reply: ReplyChannel
+
+
+@attrs.frozen
+class DeleteConversation:
+    conversation_id: str
+    reply: ReplyChannel
+
+
+ConversationStoreMessage = (
+    GetConversation | AppendConversation | DeleteConversation | GetStatistics | Sweep
+)
+
+
+@attrs.frozen
+class _StoreHandle:
+    _inbox: trio.MemorySendChannel
+    _disabled_reason: str | None
+
+    def check_enabled(self) -> None:
+        """Raises StoreDisabled when the store was configured off."""
+        if self._disabled_reason is not None:
+            raise StoreDisabled(self._disabled_reason)
+
+    async def statistics(self) -> BudgetStatistics:
+        """Works on a disabled store too, so /health can report it."""
+        return await ask(self._inbox, GetStatistics)
+
+
+@attrs.frozen
+class ResponseStoreHandle(_StoreHandle):
+    async def put(
+        self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False
+    ) -> bool:
+        """Stores a response object and its stream events; returns whether it is retained.
+
+        A pinned put (an active background job) is refused, returning False, when the
+        pinned total would exceed the byte budget; it never evicts stored responses.
+        """
+        self.check_enabled()
+        stored = StoredResponse(encode_json(response), encode_json(list(events)))
+        return await ask(
+            self._inbox, lambda reply: PutResponse(response_id, stored, pinned, reply)
+        )
+
+    async def get(self, response_id: str) -> Any | None:
+        """Returns a fresh copy of the stored response, or None; counts as a use for LRU."""
+        stored = await self._get_stored(response_id)
+        return None if stored is None else json.loads(stored.body)
+
+    async def get_events(self, response_id: str) -> list[Any] | None:
+        """Returns the stored stream events, or None; counts as a use for LRU."""
+        stored = await self._get_stored(response_id)
+        return None if stored is None else json.loads(stored.events)
+
+    async def delete(self, response_id: str) -> bool:
+        self.check_enabled()
+        return await ask(self._inbox, lambda reply: DeleteResponse(response_id, reply))
+
+    async def pin(self, response_id: str) -> bool:
+        """Takes a stored response out of TTL and LRU; False if absent or over budget."""
+        self.check_enabled()
+        return await ask(self._inbox, lambda reply: PinResponse(response_id, reply))
+
+    async def unpin(self, response_id: str) -> bool:
+        """Makes a pinned response ordinary, its TTL starting now; False if not retained."""
+        self.check_enabled()
+        return await ask(self._inbox, lambda reply: UnpinResponse(response_id, reply))
+
+    async def _get_stored(self, response_id: str) -> StoredResponse | None:
+        self.check_enabled()
+        return await ask(self._inbox, lambda reply: GetResponse(response_id, reply))
+
+
+@attrs.frozen
+class ConversationStoreHandle(_StoreHandle):
+    async def get(self, conversation_id: str) -> list[Any] | None:
+        """Returns a fresh copy of the transcript, or None; counts as a use for LRU."""
+        self.check_enabled()
+        items = await ask(self._inbox, lambda reply: GetConversation(conversation_id, reply))
+        return None if items is None else [json.loads(item) for item in items]
+
+    async def append(self, conversation_id: str, items: Iterable[Any]) -> bool:
+        """Appends transcript items, creating the conversation if unknown; returns whether
+        it is retained (a transcript that outgrows the byte budget is dropped)."""
+        self.check_enabled()
+        encoded = tuple(encode_json(item) for item in items)
+        return await ask(
+            self._inbox, lambda reply: AppendConversation(conversation_id, encoded, reply)
+        )
+
+    async def delete(self, conversation_id: str) -> bool:
+        self.check_enabled()
+        return await ask(self._inbox, lambda reply: DeleteConversation(conversation_id, reply))
+
+
+class _BudgetedStore:
+    disabled_reason: str
+
+    def __init__(
+        self,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        ttl_secs: float,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._entries = BudgetedMap(
+            max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs
+        )
+        self._clock = clock
+
+    def _open_mailbox(
+        self, nursery: trio.Nursery
+    ) -> tuple[trio.MemorySendChannel, trio.MemoryReceiveChannel]:
+        """Opens the bounded mailbox and, if entries can expire, the timer that sweeps."""
+        send, inbox = trio.open_memory_channel(MAILBOX_SIZE)
+        if self._entries.ttl_secs > 0:
+            interval = min(self._entries.ttl_secs, MAX_SWEEP_INTERVAL_SECS)
+            nursery.start_soon(_request_sweeps, send.clone(), interval)
+        return send, inbox
+
+    @property
+    def _disabled(self) -> str | None:
+        return self.disabled_reason if self._entries.max_entries == 0 else None
+
+
+async def _request_sweeps(inbox: trio.MemorySendChannel, interval: float) -> None:
+    async with inbox:
+        while True:
+            await trio.sleep(interval)
+            try:
+                inbox.send_nowait(Sweep())
+            except trio.WouldBlock:
+                pass  # a busy store skips a sweep; reads never return expired entries anyway
+
+
+class ResponseStore(_BudgetedStore):
+    disabled_reason = "response storage is disabled (--responses-store-max-entries is 0)"
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[ResponseStoreHandle] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        entries = self._entries
+        async with trio.open_nursery() as nursery:
+            send, inbox = self._open_mailbox(nursery)
+            task_status.started(ResponseStoreHandle(send, self._disabled))
+            async for msg in inbox:
+                now = self._clock()
+                match msg:
+                    case PutResponse(response_id, stored, pinned, reply):
+                        size = len(stored.body) + len(stored.events)
+                        answer(
+                            reply,
+                            lambda: entries.put(response_id, stored, now, pinned=pinned, size=size),
+                        )
+                    case GetResponse(response_id, reply):
+                        answer(reply, lambda: entries.get(response_id, now))
+                    case DeleteResponse(response_id, reply):
+                        answer(reply, lambda: entries.delete(response_id, now))
+                    case PinResponse(response_id, reply):
+                        answer(reply, lambda: entries.pin(response_id, now))
+                    case UnpinResponse(response_id, reply):
+                        answer(reply, lambda: entries.unpin(response_id, now))
+                    case GetStatistics(reply):
+                        answer(reply, entries.statistics)
+                    case Sweep():
+                        entries.sweep(now)
+
+
+class ConversationStore(_BudgetedStore):
+    disabled_reason = "conversation storage is disabled (--conversation-store-max-entries is 0)"
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[ConversationStoreHandle] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        entries = self._entries
+        async with trio.open_nursery() as nursery:
+            send, inbox = self._open_mailbox(nursery)
+            task_status.started(ConversationStoreHandle(send, self._disabled))
+            async for msg in inbox:
+                now = self._clock()
+                match msg:
+                    case GetConversation(conversation_id, reply):
+                        answer(reply, lambda: _snapshot(entries.get(conversation_id, now)))
+                    case AppendConversation(conversation_id, items, reply):
+                        size = sum(len(item) for item in items)
+                        answer(
+                            reply,
+                            lambda: entries.append(conversation_id, items, now, size=size),
+                        )
+                    case DeleteConversation(conversation_id, reply):
+                        answer(reply, lambda: entries.delete(conversation_id, now))
+                    case GetStatistics(reply):
+                        answer(reply, entries.statistics)
+                    case Sweep():
+                        entries.sweep(now)
+
+
+def _snapshot(items: list[bytes] | None) -> tuple[bytes, ...] | None:
+    """A tuple copy, so later appends never show through a transcript already handed out."""
+    return None if items is None else tuple(items)

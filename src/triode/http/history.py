@@ -1,0 +1,52 @@
+"""Earlier turns a request continues: a `previous_response_id` chain or a conversation.
+
+Each stored response keeps its own input items next to its object; the whole chain is the
+concatenation, oldest first, of every ancestor's input and output (instructions are never
+inherited: they live on the response object, not in its items).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidRequest
+
+# A chain longer than this is refused rather than walked (each hop is one store message).
+MAX_CHAIN = 10_000
+
+
+def record(response: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the response store keeps for one response."""
+    return {"response": response, "input": items}
+
+
+def turn_items(record_: dict[str, Any]) -> list[dict[str, Any]]:
+    """One stored turn as history: its input, then its output."""
+    return [*record_["input"], *record_["response"]["output"]]
+
+
+async def chain(responses: Any, previous_response_id: str) -> list[dict[str, Any]]:
+    """Every earlier input and output item, oldest first, ending with the named response."""
+    turns: list[list[dict[str, Any]]] = []
+    rid: str | None = previous_response_id
+    while rid is not None:
+        rec = await responses.get(rid)
+        if rec is None:
+            if rid == previous_response_id:
+                raise InvalidRequest(f"Previous response with id '{rid}' not found.",
+                                     param="previous_response_id")
+            break  # an older ancestor expired: the chain starts where the store still has it
+        turns.append(turn_items(rec))
+        if len(turns) > MAX_CHAIN:
+            raise InvalidRequest("the previous_response_id chain is too long",
+                                 param="previous_response_id")
+        rid = rec["response"].get("previous_response_id")
+    return [item for turn in reversed(turns) for item in turn]
+
+
+def conversation_id(value: str | dict[str, Any]) -> str:
+    cid = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(cid, str) or not cid:
+        raise InvalidRequest("conversation must be an id string or an object with an 'id'",
+                             param="conversation")
+    return cid

@@ -1,0 +1,262 @@
+"""The ResponseStore and ConversationStore actors, driven through their handles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from triode.actors.budget import Evictions
+from triode.actors.store import (
+    ConversationStore,
+    ConversationStoreHandle,
+    ResponseStore,
+    ResponseStoreHandle,
+    StoreDisabled,
+    encode_json,
+)
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    return MockClock(autojump_threshold=0)
+
+
+def stored_size(response: Any, events: tuple[Any, ...] = ()) -> int:
+    """What the response store retains for a put: the compact JSON of both parts."""
+    return len(encode_json(response)) + len(encode_json(list(events)))
+
+
+def sized_response(n: int) -> dict[str, str]:
+    """A response whose stored size (with no events) is exactly `n` bytes (n >= 10)."""
+    response = {"t": "x" * (n - 10)}
+    assert stored_size(response) == n
+    return response
+
+
+async def start_responses(
+    nursery: trio.Nursery, max_entries: int = 8, max_bytes: int = 10_000, ttl_secs: float = 60
+) -> ResponseStoreHandle:
+    store = ResponseStore(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
+    return await nursery.start(store.run)
+
+
+async def start_conversations(
+    nursery: trio.Nursery, max_entries: int = 8, max_bytes: int = 10_000, ttl_secs: float = 60
+) -> ConversationStoreHandle:
+    store = ConversationStore(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
+    return await nursery.start(store.run)
+
+
+@pytest.mark.trio
+async def test_response_round_trips_with_its_events(nursery):
+    """A stored response and its stream events come back equal, as fresh copies."""
+    responses = await start_responses(nursery)
+    response = {"id": "resp_1", "output": [{"type": "message", "content": "héllo"}]}
+    events = [{"type": "response.created", "sequence_number": 0}]
+    assert await responses.put("resp_1", response, events)
+    fetched = await responses.get("resp_1")
+    assert fetched == response
+    fetched["output"].clear()
+    assert await responses.get("resp_1") == response
+    assert await responses.get_events("resp_1") == events
+    assert await responses.get("resp_missing") is None
+    assert await responses.get_events("resp_missing") is None
+
+
+@pytest.mark.trio
+async def test_response_expires_at_exactly_the_ttl(nursery, clock):
+    """A response is readable one tick before its TTL and gone at exactly the TTL."""
+    responses = await start_responses(nursery, ttl_secs=10)
+    inserted_at = trio.current_time()
+    await responses.put("resp_1", {"id": "resp_1"})
+    await trio.sleep_until(inserted_at + 10 - 1e-6)
+    assert await responses.get("resp_1") == {"id": "resp_1"}
+    await trio.sleep_until(inserted_at + 10)
+    assert await responses.get("resp_1") is None
+    assert await responses.get_events("resp_1") is None
+
+
+@pytest.mark.trio
+async def test_conversation_expires_at_exactly_the_ttl_counted_from_creation(nursery, clock):
+    """Appends do not restart a transcript's TTL: it is gone exactly ttl after creation."""
+    conversations = await start_conversations(nursery, ttl_secs=10)
+    created_at = trio.current_time()
+    await conversations.append("conv_1", [{"role": "user", "content": "hi"}])
+    await trio.sleep_until(created_at + 5)
+    await conversations.append("conv_1", [{"role": "assistant", "content": "hello"}])
+    await trio.sleep_until(created_at + 10 - 1e-6)
+    assert len(await conversations.get("conv_1")) == 2
+    await trio.sleep_until(created_at + 10)
+    assert await conversations.get("conv_1") is None
+
+
+@pytest.mark.trio
+async def test_expired_entries_are_swept_without_reads(nursery, clock):
+    """The periodic sweep returns expired entries' memory even if nobody reads them."""
+    responses = await start_responses(nursery, ttl_secs=10)
+    conversations = await start_conversations(nursery, ttl_secs=10)
+    await responses.put("resp_1", {"id": "resp_1"})
+    await conversations.append("conv_1", ["hi"])
+    await trio.sleep(20)
+    for store in (responses, conversations):
+        stats = await store.statistics()
+        assert (stats.entries, stats.bytes) == (0, 0)
+        assert stats.evictions == Evictions(ttl=1)
+
+
+@pytest.mark.trio
+async def test_lru_eviction_spares_recently_read_responses(nursery):
+    """With the entry limit reached, the least recently used response goes, reads count as use."""
+    responses = await start_responses(nursery, max_entries=2)
+    await responses.put("resp_a", {"id": "a"})
+    await responses.put("resp_b", {"id": "b"})
+    await responses.get("resp_a")
+    await responses.put("resp_c", {"id": "c"})
+    assert await responses.get("resp_b") is None
+    assert await responses.get("resp_a") == {"id": "a"}
+    assert await responses.get("resp_c") == {"id": "c"}
+    assert (await responses.statistics()).evictions == Evictions(lru=1)
+
+
+@pytest.mark.trio
+async def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over(nursery):
+    """Responses totalling exactly max_bytes stay; one byte more evicts the least recent."""
+    responses = await start_responses(nursery, max_bytes=100)
+    await responses.put("resp_a", sized_response(40))
+    await responses.put("resp_b", sized_response(60))
+    stats = await responses.statistics()
+    assert (stats.entries, stats.bytes) == (2, 100)
+    await responses.put("resp_b", sized_response(61))
+    assert await responses.get("resp_a") is None
+    stats = await responses.statistics()
+    assert (stats.entries, stats.bytes) == (1, 61)
+    assert stats.evictions == Evictions(bytes=1)
+
+
+@pytest.mark.trio
+async def test_replacing_a_response_replaces_its_bytes(nursery):
+    """Putting the same id again counts only the new value's bytes."""
+    responses = await start_responses(nursery)
+    await responses.put("resp_1", sized_response(500), [{"type": "e"}] * 10)
+    await responses.put("resp_1", sized_response(50))
+    stats = await responses.statistics()
+    assert (stats.entries, stats.bytes) == (1, 50)
+    assert await responses.get_events("resp_1") == []
+
+
+@pytest.mark.trio
+async def test_transcript_bytes_track_its_json_size(nursery):
+    """Appending items grows the conversation by exactly its compact JSON size."""
+    conversations = await start_conversations(nursery)
+    first = [{"role": "user", "content": [{"type": "input_text", "text": "안녕"}]}]
+    second = [{"role": "assistant", "content": "hi"}, {"type": "function_call", "name": "f"}]
+    assert await conversations.append("conv_1", first)
+    transcript = await conversations.get("conv_1")
+    assert await conversations.append("conv_1", second)
+    assert transcript == first
+    assert await conversations.get("conv_1") == first + second
+    assert (await conversations.statistics()).bytes == len(encode_json(first + second))
+
+
+@pytest.mark.trio
+async def test_delete_removes_and_reports_whether_anything_was_there(nursery):
+    """delete returns True once for a stored entry and False afterwards."""
+    responses = await start_responses(nursery)
+    conversations = await start_conversations(nursery)
+    await responses.put("resp_1", {"id": "resp_1"})
+    await conversations.append("conv_1", ["hi"])
+    for store, key in ((responses, "resp_1"), (conversations, "conv_1")):
+        assert await store.delete(key)
+        assert not await store.delete(key)
+        assert await store.get(key) is None
+        assert (await store.statistics()).evictions == Evictions(deleted=1)
+
+
+@pytest.mark.trio
+async def test_zero_entries_disables_the_store(nursery):
+    """max_entries 0 makes every data call raise StoreDisabled; statistics still answer."""
+    responses = await start_responses(nursery, max_entries=0)
+    conversations = await start_conversations(nursery, max_entries=0)
+    calls = [
+        responses.put("resp_1", {}),
+        responses.get("resp_1"),
+        responses.get_events("resp_1"),
+        responses.delete("resp_1"),
+        responses.pin("resp_1"),
+        responses.unpin("resp_1"),
+        conversations.get("conv_1"),
+        conversations.append("conv_1", []),
+        conversations.delete("conv_1"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreDisabled):
+            await call
+    assert (await responses.statistics()).max_entries == 0
+    assert (await conversations.statistics()).entries == 0
+
+
+@pytest.mark.trio
+async def test_zero_bytes_accepts_and_evicts_at_once(nursery):
+    """max_bytes 0 keeps the routes alive: puts and appends succeed but nothing is kept."""
+    responses = await start_responses(nursery, max_bytes=0)
+    conversations = await start_conversations(nursery, max_bytes=0)
+    assert await responses.put("resp_1", {"id": "resp_1"}) is False
+    assert await responses.get("resp_1") is None
+    assert await conversations.append("conv_1", ["hi"]) is False
+    assert await conversations.get("conv_1") is None
+    for store in (responses, conversations):
+        stats = await store.statistics()
+        assert (stats.entries, stats.bytes, stats.evictions) == (0, 0, Evictions(bytes=1))
+
+
+@pytest.mark.trio
+async def test_zero_ttl_never_expires(nursery, clock):
+    """ttl_secs 0 keeps entries indefinitely."""
+    responses = await start_responses(nursery, ttl_secs=0)
+    await responses.put("resp_1", {"id": "resp_1"})
+    await trio.sleep(100 * 365 * 24 * 3600)
+    assert await responses.get("resp_1") == {"id": "resp_1"}
+
+
+@pytest.mark.trio
+async def test_oversize_response_is_not_kept(nursery):
+    """A response larger than the whole byte budget is refused without evicting others."""
+    responses = await start_responses(nursery, max_bytes=100)
+    await responses.put("resp_small", sized_response(50))
+    assert await responses.put("resp_big", sized_response(101)) is False
+    assert await responses.get("resp_big") is None
+    assert await responses.get("resp_small") is not None
+    assert (await responses.statistics()).evictions == Evictions(oversize=1)
+
+
+@pytest.mark.trio
+async def test_pinned_response_survives_ttl_and_lru_until_unpinned(nursery, clock):
+    """A pinned response outlives its TTL and newer entries; unpinning restarts its TTL."""
+    responses = await start_responses(nursery, max_entries=2, ttl_secs=10)
+    assert await responses.put("resp_job", {"status": "in_progress"}, pinned=True)
+    for n in range(5):
+        await responses.put(f"resp_{n}", {"n": n})
+    await trio.sleep(100)
+    assert await responses.get("resp_job") == {"status": "in_progress"}
+    stats = await responses.statistics()
+    assert (stats.entries, stats.pinned_entries) == (1, 1)
+    unpinned_at = trio.current_time()
+    assert await responses.unpin("resp_job")
+    await trio.sleep_until(unpinned_at + 10 - 1e-6)
+    assert await responses.get("resp_job") is not None
+    await trio.sleep_until(unpinned_at + 10)
+    assert await responses.get("resp_job") is None
+
+
+@pytest.mark.trio
+async def test_pinned_put_over_budget_is_refused_and_evicts_nothing(nursery):
+    """A pinned put past the byte budget is refused and leaves stored responses alone."""
+    responses = await start_responses(nursery, max_bytes=100)
+    await responses.put("resp_stored", sized_response(90))
+    assert await responses.put("resp_job1", sized_response(60), pinned=True)
+    assert await responses.put("resp_job2", sized_response(41), pinned=True) is False
+    assert await responses.get("resp_stored") is not None
+    assert await responses.pin("resp_stored") is False
