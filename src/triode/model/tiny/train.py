@@ -181,6 +181,8 @@ def train(args) -> None:
         weights = dict(tree_flatten(model.parameters()))
         mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        # The model is a deterministic test fixture: greedy unless a request asks otherwise.
+        (out / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
         meta = {"stage": args.stage, "init_from": args.init_from, "steps": steps, "train_seconds": round(wall), "parameters": n_params,
                 "examples": len(rows), "tokens_seen": seen, "seed": args.seed,
                 "ranks": size, "tokens_per_batch": args.tokens_per_batch, "lr": args.lr}
@@ -242,7 +244,10 @@ def main(argv=None) -> int:
     if not args.skip_eval:
         from .evaluate import main as evaluate
 
-        return evaluate(["--model", args.out, "--write-readme"])
+        stage = ["--finetune-examples", str(args.examples), "--finetune-seed", str(args.seed)] \
+            if args.stage == "finetune" else \
+            ["--train-examples", str(args.examples), "--train-seed", str(args.seed)]
+        return evaluate(["--model", args.out, "--write-readme", *stage])
     return 0
 
 
