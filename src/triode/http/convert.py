@@ -81,7 +81,7 @@ def _item(value: Any, _: Any) -> wire.InputItem:
     if isinstance(value, dict) and value.get("type") in wire.LATER_ITEM_TYPES:
         return wire.LaterItem(type=value["type"], raw=value)
     default = "message" if isinstance(value, dict) and "role" in value else None
-    return _tagged(value, {"message": wire.Message}, "input item", default)
+    return _tagged(value, wire.ITEM_TYPES, "input item", default)
 
 
 def _str_or_list(item_type: Any):

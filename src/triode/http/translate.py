@@ -10,10 +10,10 @@ from typing import Any
 
 import attrs
 
-from ..actors.events import new_id
 from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
 from ..model.engine import Sampling
 from . import wire
+from .items import chat_messages, input_items
 
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
@@ -105,55 +105,6 @@ def validate(req: wire.CreateResponse) -> None:
         raise _later("include", "include")
     if req.top_logprobs:
         raise _later("top_logprobs", "top_logprobs")
-
-
-def _part(part: wire.ContentPart, param: str) -> dict[str, Any]:
-    match part:
-        case wire.InputText(text=t):
-            return {"type": "input_text", "text": t}
-        case wire.OutputText(text=t):
-            return {"type": "output_text", "text": t, "annotations": []}
-        case wire.Refusal(refusal=t):
-            return {"type": "refusal", "refusal": t}
-        case wire.InputImage():
-            raise InvalidRequest("this model does not take image input", param=param)
-        case wire.InputFile():
-            raise InvalidRequest("file input is not supported", param=param)
-    raise InvalidRequest("unsupported content part", param=param)
-
-
-def input_items(req: wire.CreateResponse) -> list[dict[str, Any]]:
-    """The request's input as canonical item dicts (what input_items lists and history keeps)."""
-    raw = [wire.Message(role="user", content=req.input)] if isinstance(req.input, str) \
-        else req.input
-    items = []
-    for i, item in enumerate(raw):
-        if isinstance(item, wire.LaterItem):
-            raise _later(f"input[{i}]", f"input items of type '{item.type}'")
-        if isinstance(item.content, str):
-            kind = "output_text" if item.role == "assistant" else "input_text"
-            content = [{"type": kind, "text": item.content, **(
-                {"annotations": []} if kind == "output_text" else {})}]
-        else:
-            content = [_part(p, f"input[{i}].content[{j}]") for j, p in enumerate(item.content)]
-        items.append({"type": "message", "role": item.role, "content": content,
-                      "id": item.id or new_id("msg"), "status": item.status or "completed"})
-    return items
-
-
-def _text(content: list[dict[str, Any]]) -> str:
-    return "".join(p.get("text", p.get("refusal", "")) for p in content)
-
-
-def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Canonical items (history first, then this turn's input) → chat-template messages."""
-    messages: list[dict[str, Any]] = []
-    if instructions:
-        messages.append({"role": "system", "content": instructions})
-    for item in items:
-        if item.get("type") == "message":
-            messages.append({"role": item["role"], "content": _text(item["content"])})
-    return messages
 
 
 def plan(req: wire.CreateResponse, defaults: Defaults,

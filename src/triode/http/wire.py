@@ -64,12 +64,65 @@ class Message:
     type: Literal["message"] = "message"
 
 
+@attrs.frozen(kw_only=True)
+class FunctionCall:
+    call_id: str
+    name: str
+    arguments: str
+    namespace: str | None = None
+    id: str | None = None
+    status: str | None = None
+    type: Literal["function_call"] = "function_call"
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCallOutput:
+    call_id: str
+    output: Union[str, list[ContentPart]]
+    id: str | None = None
+    status: str | None = None
+    type: Literal["function_call_output"] = "function_call_output"
+
+
+@attrs.frozen(kw_only=True)
+class CustomToolCall:
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+    id: str | None = None
+    status: str | None = None
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+
+
+@attrs.frozen(kw_only=True)
+class CustomToolCallOutput:
+    call_id: str
+    output: Union[str, list[ContentPart]]
+    id: str | None = None
+    status: str | None = None
+    type: Literal["custom_tool_call_output"] = "custom_tool_call_output"
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningText:
+    text: str
+    type: Literal["reasoning_text", "summary_text"] = "reasoning_text"
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningItem:
+    summary: list[ReasoningText] = attrs.Factory(list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    id: str | None = None
+    status: str | None = None
+    type: Literal["reasoning"] = "reasoning"
+
+
 # Item types whose feature a later part of triode brings: accepted by the schema, answered
 # with a 400 "not supported yet" by the request validator rather than an "unknown type".
-LATER_ITEM_TYPES = (
-    "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-    "reasoning", "compaction", "item_reference",
-)
+LATER_ITEM_TYPES = ("compaction", "item_reference")
 
 
 @attrs.frozen(kw_only=True)
@@ -78,7 +131,14 @@ class LaterItem:
     raw: dict[str, Any] = attrs.Factory(dict)
 
 
-InputItem = Union[Message, LaterItem]
+ITEM_TYPES = {
+    "message": Message, "function_call": FunctionCall,
+    "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
+    "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
+}
+
+InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
+                  CustomToolCallOutput, ReasoningItem, LaterItem]
 
 
 # ---- the request ----------------------------------------------------------------------------

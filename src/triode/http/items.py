@@ -1,0 +1,164 @@
+"""Input items: wire types → canonical item dicts → chat-template messages.
+
+Canonical items are what a stored response keeps as its input and what history replays, so
+input from a request, from a `previous_response_id` chain and from a conversation all render
+through the same `chat_messages`.
+
+Tool calls render as the chat template expects them: an assistant message with `tool_calls`
+(consecutive calls, and calls right after the assistant's text, merge into one assistant
+turn) followed by `tool` messages. A custom tool is presented to the template as a function
+with one string parameter, `input`; a namespaced function as `namespace.name`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..actors.events import new_id
+from ..errors import InvalidRequest, NotSupportedYet
+from . import wire
+
+CUSTOM_INPUT = "input"
+
+
+def chat_tool_name(name: str, namespace: str | None) -> str:
+    return f"{namespace}.{name}" if namespace else name
+
+
+def _part(part: wire.ContentPart, param: str) -> dict[str, Any]:
+    match part:
+        case wire.InputText(text=t):
+            return {"type": "input_text", "text": t}
+        case wire.OutputText(text=t):
+            return {"type": "output_text", "text": t, "annotations": []}
+        case wire.Refusal(refusal=t):
+            return {"type": "refusal", "refusal": t}
+        case wire.InputImage():
+            raise InvalidRequest("this model does not take image input", param=param)
+        case wire.InputFile():
+            raise InvalidRequest("file input is not supported", param=param)
+    raise InvalidRequest("unsupported content part", param=param)
+
+
+def _output(value: str | list[wire.ContentPart], param: str) -> str | list[dict[str, Any]]:
+    if isinstance(value, str):
+        return value
+    return [_part(p, f"{param}[{j}]") for j, p in enumerate(value)]
+
+
+def _message(item: wire.Message, param: str) -> dict[str, Any]:
+    if isinstance(item.content, str):
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        content = [{"type": kind, "text": item.content,
+                    **({"annotations": []} if kind == "output_text" else {})}]
+    else:
+        content = [_part(p, f"{param}.content[{j}]") for j, p in enumerate(item.content)]
+    return {"type": "message", "role": item.role, "content": content,
+            "id": item.id or new_id("msg"), "status": item.status or "completed"}
+
+
+def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
+    """One wire input item as the dict triode stores and replays."""
+    match item:
+        case wire.Message():
+            return _message(item, param)
+        case wire.FunctionCall():
+            out = {"type": "function_call", "id": item.id or new_id("fc"),
+                   "call_id": item.call_id, "name": item.name, "arguments": item.arguments,
+                   "status": item.status or "completed"}
+            return {**out, "namespace": item.namespace} if item.namespace else out
+        case wire.CustomToolCall():
+            out = {"type": "custom_tool_call", "id": item.id or new_id("ctc"),
+                   "call_id": item.call_id, "name": item.name, "input": item.input,
+                   "status": item.status or "completed"}
+            return {**out, "namespace": item.namespace} if item.namespace else out
+        case wire.FunctionCallOutput() | wire.CustomToolCallOutput():
+            prefix = "fco" if item.type == "function_call_output" else "ctco"
+            return {"type": item.type, "id": item.id or new_id(prefix), "call_id": item.call_id,
+                    "output": _output(item.output, f"{param}.output"),
+                    "status": item.status or "completed"}
+        case wire.ReasoningItem():
+            out = {"type": "reasoning", "id": item.id or new_id("rs"),
+                   "summary": [{"type": "summary_text", "text": p.text} for p in item.summary]}
+            if item.content is not None:
+                out["content"] = [{"type": "reasoning_text", "text": p.text} for p in item.content]
+            if item.encrypted_content is not None:
+                out["encrypted_content"] = item.encrypted_content
+            return out
+        case wire.LaterItem():
+            raise NotSupportedYet(f"input items of type '{item.type}' are not supported yet "
+                                  "by this server", param=param)
+    raise InvalidRequest("unsupported input item", param=param)
+
+
+def input_items(req: wire.CreateResponse) -> list[dict[str, Any]]:
+    """The request's input as canonical item dicts (what input_items lists and history keeps)."""
+    raw = [wire.Message(role="user", content=req.input)] if isinstance(req.input, str) \
+        else req.input
+    return [canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
+
+
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", p.get("refusal", "")) for p in content)
+
+
+def reasoning_text(item: dict[str, Any]) -> str:
+    parts = item.get("content") or item.get("summary") or []
+    return "\n".join(p["text"] for p in parts)
+
+
+def _arguments(raw: str) -> Any:
+    """Templates expect an arguments mapping; text that is not a JSON object stays text."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical items (history first, then this turn's input) → chat-template messages."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    reasoning: str | None = None      # a reasoning item waits for the assistant turn it precedes
+    names: dict[str, str] = {}        # call_id → the name its output answers
+
+    def assistant_turn(*, merge: bool) -> dict[str, Any]:
+        """Tool calls join the assistant turn just before them; text starts a new one."""
+        nonlocal reasoning
+        if merge and messages and messages[-1]["role"] == "assistant" and reasoning is None:
+            return messages[-1]
+        msg: dict[str, Any] = {"role": "assistant", "content": ""}
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+            reasoning = None
+        messages.append(msg)
+        return msg
+
+    for item in items:
+        kind = item["type"]
+        if kind == "reasoning":
+            reasoning = reasoning_text(item)
+        elif kind == "message" and item["role"] == "assistant":
+            assistant_turn(merge=False)["content"] = text_of(item["content"])
+        elif kind == "message":
+            messages.append({"role": item["role"], "content": text_of(item["content"])})
+        elif kind in ("function_call", "custom_tool_call"):
+            name = chat_tool_name(item["name"], item.get("namespace"))
+            names[item["call_id"]] = name
+            arguments = _arguments(item["arguments"]) if kind == "function_call" \
+                else {CUSTOM_INPUT: item["input"]}
+            assistant_turn(merge=True).setdefault("tool_calls", []).append(
+                {"type": "function", "id": item["call_id"],
+                 "function": {"name": name, "arguments": arguments}})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            msg = {"role": "tool", "tool_call_id": item["call_id"],
+                   "content": text_of(item["output"])}
+            if item["call_id"] in names:
+                msg["name"] = names[item["call_id"]]
+            messages.append(msg)
+    return messages
