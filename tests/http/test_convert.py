@@ -21,10 +21,18 @@ def test_messages_without_type_and_assistant_parts_are_accepted():
 
 
 def test_later_item_types_are_kept_for_the_validator():
-    """function_call items structure as LaterItem so the validator can name them."""
-    req = structure({"model": "m", "input": [{"type": "function_call", "name": "f"}]},
-                    CreateResponse)
-    assert req.input == [LaterItem(type="function_call", raw={"type": "function_call", "name": "f"})]
+    """item_reference items structure as LaterItem so the validator can name them."""
+    raw = {"type": "item_reference", "id": "msg_1"}
+    req = structure({"model": "m", "input": [raw]}, CreateResponse)
+    assert req.input == [LaterItem(type="item_reference", raw=raw)]
+
+
+def test_tool_items_structure_strictly():
+    """function_call items are typed: a missing call_id is a 400 naming it."""
+    with pytest.raises(InvalidRequest) as exc:
+        structure({"model": "m", "input": [{"type": "function_call", "name": "f",
+                                            "arguments": "{}"}]}, CreateResponse)
+    assert exc.value.param == "input[0].call_id"
 
 
 @pytest.mark.parametrize("body,param,fragment", [
