@@ -1,0 +1,410 @@
+"""Structured output and forced tool calls, enforced by constrained decoding (llguidance).
+
+Two halves, split along the thread boundary:
+
+- `compile_text_format`, `tool_call_grammar` and `custom_tool_grammar` run at request time on
+  the trio side. They check the request (an unusable schema is a 400 before anything is
+  queued) and return a `Grammar`: plain data, independent of any tokenizer, cached.
+- `make_processor(grammar, tokenizer)` runs on the engine thread when a sequence is inserted.
+  It returns a `ConstrainedProcessor`, an mlx-lm logits processor that owns one llguidance
+  matcher: each step it feeds the matcher the token sampled last and sets every token the
+  grammar forbids to -inf, so the sampler can only pick a token that keeps the output valid.
+
+JSON is generated in one fixed layout, `{"a": 1, "b": [2, 3]}` (Python's `json.dumps` and the
+chat template's `tojson`). Free whitespace would let a small model pad forever with newlines,
+a well-known failure of constrained JSON, and this is the layout the model saw in training.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import weakref
+from typing import Any, Iterator, Mapping, Sequence
+
+import attrs
+import llguidance
+import numpy as np
+
+from ..errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+# llguidance's JSON options, put under the schema's top-level "x-guidance" key.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+# Hermes tool-call markers and the reasoning block, as the bundled chat template renders them.
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+# What a custom tool's call carries in the Hermes format: its raw input under "input".
+CUSTOM_TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_CACHE_SIZE = 256
+
+
+class InvalidSchema(InvalidRequest):
+    """A schema or grammar in the request that cannot be enforced (HTTP 400)."""
+
+    code = "invalid_json_schema"
+
+    def __init__(self, message: str, param: str | None = "text.format.schema"):
+        super().__init__(message, param=param)
+
+
+@attrs.frozen
+class Grammar:
+    """A checked constraint, not yet bound to a tokenizer.
+
+    `lark` is an llguidance Lark grammar that may reference `markers`: (rule, text) pairs for
+    strings like `<tool_call>` that a model's tokenizer usually holds as one special token.
+    llguidance only lets such a token through where the grammar names it as a token, so
+    each marker rule is defined once the tokenizer is known (`_bind`)."""
+
+    lark: str
+    markers: tuple[tuple[str, str], ...] = ()
+
+
+# ---- text.format ----------------------------------------------------------------------------
+
+def compile_text_format(fmt: Mapping[str, Any], *, allow_reasoning: bool = False) -> Grammar | None:
+    """The grammar for a `text.format` object; None for plain `text`.
+
+    `allow_reasoning` admits an optional `<think>...</think>` block before the JSON."""
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return _json_grammar(_canonical({"type": "object"}), allow_reasoning)
+    if kind != "json_schema":
+        raise InvalidSchema(f"Invalid value for 'text.format.type': {kind!r}; expected one of "
+                            "'text', 'json_schema', 'json_object'", param="text.format.type")
+    name = fmt.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidSchema("'text.format.name' is required: 1 to 64 characters from a-z, A-Z, "
+                            "0-9, '_' and '-'", param="text.format.name")
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise InvalidSchema(f"Invalid schema for response_format '{name}': "
+                            "'text.format.schema' must be a JSON object")
+    if fmt.get("strict") is True:
+        check_strict_schema(schema, what=f"response_format '{name}'")
+    try:
+        return _json_grammar(_canonical(schema), allow_reasoning)
+    except ValueError as e:
+        raise InvalidSchema(f"Invalid schema for response_format '{name}': {e}") from None
+
+
+def check_strict_schema(schema: Mapping[str, Any], *, what: str,
+                        param: str = "text.format.schema") -> None:
+    """OpenAI's structural rules for `strict: true`: the root is an object, and every object
+    sets `additionalProperties: false` and lists all of its properties in `required`.
+    The messages follow OpenAI's wording so clients see familiar errors."""
+    if schema.get("type") != "object":
+        raise InvalidSchema(f"Invalid schema for {what}: schema must be a JSON Schema of "
+                            "'type: \"object\"', got 'type: "
+                            f"\"{schema.get('type')}\"'.", param=param)
+    for context, node in _subschemas(schema, ()):
+        if not _is_object_schema(node):
+            continue
+        where = f"Invalid schema for {what}: In context={context!r}, "
+        if node.get("additionalProperties", True) is not False:
+            raise InvalidSchema(where + "'additionalProperties' is required to be supplied "
+                                "and to be false.", param=param)
+        properties = node.get("properties")
+        properties = properties if isinstance(properties, dict) else {}  # llguidance says why
+        required = node.get("required", [])
+        missing = [k for k in properties if not isinstance(required, list) or k not in required]
+        if missing:
+            raise InvalidSchema(where + "'required' is required to be supplied and to be an "
+                                "array including every key in properties. Missing "
+                                f"'{missing[0]}'.", param=param)
+
+
+def _subschemas(node: Any, context: tuple) -> Iterator[tuple[tuple, dict]]:
+    """Every schema object under `node`, with the JSON path that leads to it."""
+    if not isinstance(node, dict):
+        return
+    yield context, node
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(node.get(key), dict):
+            for name, sub in node[key].items():
+                yield from _subschemas(sub, context + (key, name))
+    for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
+        if isinstance(node.get(key), list):
+            for i, sub in enumerate(node[key]):
+                yield from _subschemas(sub, context + (key, i))
+    for key in ("items", "additionalProperties", "not"):
+        yield from _subschemas(node.get(key), context + (key,))
+
+
+def _is_object_schema(node: Mapping[str, Any]) -> bool:
+    kind = node.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind) or (
+        kind is None and "properties" in node)
+
+
+def _canonical(schema: Any) -> str:
+    # Key order is kept: llguidance emits properties in schema order, so two schemas that
+    # differ only in order are different grammars.
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _json_grammar(canonical_schema: str, allow_reasoning: bool) -> Grammar:
+    """Raises ValueError with llguidance's explanation when the schema can't be compiled."""
+    body = f"start: {_THINK_PREFIX if allow_reasoning else ''}json_body\n"
+    body += f"json_body: {_json_block(json.loads(canonical_schema))}\n"
+    return _checked(Grammar(body + (_THINK_RULE if allow_reasoning else ""),
+                            _THINK_MARKERS if allow_reasoning else ()))
+
+
+def _json_block(schema: dict[str, Any]) -> str:
+    """A `%json` block (llguidance's inline JSON schema) in our layout."""
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
+
+
+_THINK_PREFIX = "think? "
+# The reasoning text cannot contain the closing marker when that is a special token, so the
+# first `</think>` ends it.
+_THINK_RULE = 'think: m_think_open /(.|\\n)*/ m_think_close "\\n\\n"\n'
+_THINK_MARKERS = (("m_think_open", THINK_OPEN), ("m_think_close", THINK_CLOSE))
+
+
+# ---- tool calls -----------------------------------------------------------------------------
+
+def tool_arguments_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of a tool's `arguments` in a Hermes call. Function tools come in the
+    flat Responses shape or the nested Chat shape; a custom tool takes `{"input": str}`,
+    with a `regex` format becoming the string's pattern (a Lark format cannot be expressed
+    inside a JSON string, so that input is left free)."""
+    if tool.get("type") == "custom":
+        fmt = tool.get("format") or {}
+        if fmt.get("type") == "grammar" and fmt.get("syntax") == "regex":
+            pattern = {"type": "string", "pattern": f"^(?:{fmt.get('definition', '')})$"}
+            return {**CUSTOM_TOOL_PARAMETERS, "properties": {"input": pattern}}
+        return CUSTOM_TOOL_PARAMETERS
+    function = tool.get("function", tool)
+    parameters = function.get("parameters")
+    return parameters if isinstance(parameters, dict) else {"type": "object"}
+
+
+def tool_name(tool: Mapping[str, Any]) -> str:
+    return tool.get("function", tool).get("name", "")
+
+
+def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
+                      parallel: bool = True, allow_reasoning: bool = False) -> Grammar:
+    """Forced Hermes tool calls: only `<tool_call>\\n{"name": ..., "arguments": ...}\\n
+    </tool_call>` blocks (joined by a newline), then the end of the turn.
+
+    `mode` is "required" (any of `tools`) or the name of the one tool to call. `parallel`
+    allows several calls; without it there is exactly one. `tools` are as rendered to the
+    model; an error's `param` is `tools[i]...` by position in this list."""
+    names = [tool_name(t) for t in tools]
+    if mode == "required":
+        chosen = list(range(len(tools)))
+    elif mode in names:
+        chosen = [names.index(mode)]
+    else:
+        raise InvalidRequest(f"Tool choice '{mode}' not found in 'tools' parameter.",
+                             param="tool_choice")
+    if not chosen:
+        raise InvalidRequest("tool_choice 'required' needs at least one tool in 'tools'",
+                             param="tool_choice")
+    for i in chosen:
+        if not isinstance(names[i], str) or not names[i]:
+            raise InvalidRequest("every tool needs a non-empty 'name'", param=f"tools[{i}].name")
+    calls = tuple((names[i], _canonical(tool_arguments_schema(tools[i]))) for i in chosen)
+    try:
+        return _tool_grammar(calls, parallel, allow_reasoning)
+    except _ToolSchemaError as e:
+        i = chosen[e.index]
+        param = "format" if tools[i].get("type") == "custom" else "parameters"
+        raise InvalidSchema(f"Invalid schema for tool '{names[i]}': {e.reason}",
+                            param=f"tools[{i}].{param}") from None
+
+
+class _ToolSchemaError(ValueError):
+    def __init__(self, index: int, reason: str):
+        super().__init__(reason)
+        self.index, self.reason = index, reason
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
+                  allow_reasoning: bool) -> Grammar:
+    for i, (_, schema) in enumerate(calls):
+        try:  # checked one by one so an error names its tool
+            _json_grammar(schema, False)
+        except ValueError as e:
+            raise _ToolSchemaError(i, str(e)) from None
+    rules = [
+        f"start: {_THINK_PREFIX if allow_reasoning else ''}"
+        + ('call ("\\n" call)*' if parallel else "call"),
+        'call: m_call_open "\\n" (' + " | ".join(f"call_{i}" for i in range(len(calls)))
+        + ') "\\n" m_call_close',
+    ]
+    for i, (name, schema) in enumerate(calls):
+        head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+        rules.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
+        rules.append(f"args_{i}: {_json_block(json.loads(schema))}")
+    markers = (("m_call_open", TOOL_CALL_OPEN), ("m_call_close", TOOL_CALL_CLOSE))
+    if allow_reasoning:
+        rules.append(_THINK_RULE)
+        markers += _THINK_MARKERS
+    return _checked(Grammar("\n".join(rules) + "\n", markers))
+
+
+def custom_tool_grammar(fmt: Mapping[str, Any], *, param: str = "tools[0].format") -> Grammar:
+    """The raw input of a custom tool with a `{"type": "grammar", "syntax": "lark"|"regex",
+    "definition": ...}` format, for when the model writes the input itself (not inside a
+    JSON string). A Lark definition must have a `start` rule."""
+    syntax, definition = fmt.get("syntax"), fmt.get("definition")
+    if fmt.get("type") != "grammar" or syntax not in ("lark", "regex"):
+        raise InvalidSchema("a custom tool format must be {'type': 'grammar', 'syntax': "
+                            "'lark' or 'regex', 'definition': ...}", param=param)
+    if not isinstance(definition, str):
+        raise InvalidSchema("the grammar 'definition' must be a string",
+                            param=f"{param}.definition")
+    lark = definition if syntax == "lark" else f"start: /{llguidance.regex_to_lark(definition)}/\n"
+    try:
+        return _checked(Grammar(lark))
+    except ValueError as e:
+        raise InvalidSchema(f"Invalid {syntax} grammar: {e}", param=f"{param}.definition") from None
+
+
+def _checked(grammar: Grammar) -> Grammar:
+    """Validates with every marker as plain text (the request side has no tokenizer)."""
+    error = llguidance.LLMatcher.validate_grammar(_bind(grammar, None))
+    if error:
+        raise ValueError(error.strip())
+    return grammar
+
+
+def _bind(grammar: Grammar, tokenizer: llguidance.LLTokenizer | None) -> str:
+    """The llguidance grammar for one tokenizer: a marker that this tokenizer holds as a
+    single special token is referenced as that token, any other as its text."""
+    defs = []
+    for rule, text in grammar.markers:
+        ids = tokenizer.tokenize_str(text) if tokenizer is not None else []
+        single = len(ids) == 1 and tokenizer is not None and tokenizer.is_special_token(ids[0])
+        defs.append(f"{rule}: {text if single else json.dumps(text)}")
+    return llguidance.LLMatcher.grammar_from_lark(grammar.lark + "".join(d + "\n" for d in defs))
+
+
+# ---- the engine side ------------------------------------------------------------------------
+
+_ll_tokenizers: weakref.WeakKeyDictionary[Any, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
+
+
+def ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
+    """llguidance's view of an mlx-lm `TokenizerWrapper` (or a Hugging Face fast tokenizer),
+    built once per tokenizer: it indexes the whole vocabulary."""
+    try:
+        return _ll_tokenizers[tokenizer]
+    except KeyError:
+        pass
+    import llguidance.hf
+
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or [hf.eos_token_id])
+    built = llguidance.hf.from_tokenizer(hf, eos_token=eos)
+    _ll_tokenizers[tokenizer] = built
+    return built
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _template_matcher(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> llguidance.LLMatcher:
+    # Building a matcher builds its lexer, and its first mask fills lexer caches that copies
+    # share; doing both once here leaves each request a copy at a couple of microseconds.
+    matcher = llguidance.LLMatcher(tokenizer, _bind(grammar, tokenizer), log_level=0)
+    matcher.compute_bitmask()
+    if matcher.is_error():
+        raise ValueError(f"grammar does not work with this tokenizer: {matcher.get_error()}")
+    return matcher
+
+
+class ConstrainedProcessor:
+    """An mlx-lm logits processor that keeps one sequence inside a grammar.
+
+    mlx-lm calls it once per decode step with the sequence's tokens so far (the prompt, then
+    everything sampled) and that step's logits `[1, vocab]`. The first call sees only the
+    prompt; each later call sees one more token, the one sampled last, which is fed to the
+    matcher before the mask for the next token is computed. Once the grammar is complete
+    only EOS remains. A token the grammar rejects (a sampler that ignored the mask) is
+    recorded in `error` and the sequence is steered to EOS rather than crashing the batch.
+    """
+
+    def __init__(self, grammar: Grammar, tokenizer: Any):
+        self._tokenizer = ll_tokenizer(tokenizer)
+        self._matcher = _template_matcher(grammar, self._tokenizer).deep_copy()
+        self._vocab = self._tokenizer.vocab_size
+        self._bitmask = np.zeros((self._vocab + 31) // 32, dtype=np.int32)
+        self._prompt_length: int | None = None
+        self._consumed = 0
+        self.error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """The output so far is a complete sentence of the grammar."""
+        return self._matcher.is_accepting()
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        import mlx.core as mx
+
+        self._advance(tokens)
+        allowed = self.allowed_tokens(logits.shape[-1])
+        return mx.where(mx.array(allowed), logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+    def _advance(self, tokens: Any) -> None:
+        length = tokens.shape[0]
+        if self._prompt_length is None:
+            self._prompt_length = length
+            return
+        start = self._prompt_length + self._consumed
+        if length <= start:
+            return
+        new = tokens[start:length].tolist()
+        self._consumed += len(new)
+        for token in new:
+            # A stopped matcher has only let EOS through; mlx-lm still runs one step past
+            # the EOS that ends the sequence, which is nothing to feed back.
+            if self.error is not None or self._matcher.is_stopped():
+                break
+            if not self._matcher.consume_token(token):
+                self.error = self._matcher.get_error() or f"token {token} rejected by the grammar"
+                log.warning("constrained decoding: %s", self.error)
+
+    def allowed_tokens(self, width: int) -> np.ndarray:
+        """A boolean mask of `width` entries: the tokens the grammar allows next."""
+        if self.error is None:
+            self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data,
+                                                  self._bitmask.nbytes)
+            if self._matcher.is_error():  # a parser limit hit mid-output: the mask is empty
+                self.error = self._matcher.get_error()
+                log.warning("constrained decoding: %s", self.error)
+        if self.error is not None:
+            allowed = np.zeros(width, dtype=bool)
+            allowed[[t for t in self._tokenizer.eos_tokens if t < width]] = True
+            return allowed
+        bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[:self._vocab]
+        if width == self._vocab:
+            return bits.astype(bool)
+        # The model's output layer can be padded past the tokenizer's vocabulary.
+        allowed = np.zeros(width, dtype=bool)
+        allowed[:min(width, self._vocab)] = bits[:width]
+        return allowed
+
+
+def make_processor(grammar: Grammar, tokenizer: Any) -> ConstrainedProcessor:
+    """A fresh per-sequence processor; call on the engine thread at insert time."""
+    return ConstrainedProcessor(grammar, tokenizer)
