@@ -53,6 +53,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max-queue", int, 64, "requests that may wait for a slot; one more is a 503"),
     Flag("context-length", int, None, "context window in tokens (default: the model's own)"),
     Flag("api-key", str, None, "require `Authorization: Bearer KEY` on every route but /health"),
+    Flag("hosted-tools", str, "error",
+         "hosted tool types (web_search, mcp, ...): `error` answers 400, `ignore` drops them",
+         choices=("error", "ignore")),
     Flag("blas", str, "auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
          choices=("auto", "mkl", "none")),
     Flag("log-level", str, "info", "logging level",
@@ -93,6 +96,7 @@ class Settings:
     max_queue: int = 64
     context_length: int | None = None
     api_key: str | None = None
+    hosted_tools: str = "error"
     blas: str = "auto"
     log_level: str = "info"
     responses_store_max_entries: int = 1024

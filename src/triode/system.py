@@ -64,7 +64,8 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
         task_status.started(Handles(
             model=model, registry=registry, responses=responses, conversations=conversations,
             model_names=model_names(settings, info.path),
-            defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key))
+            defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key,
+            hosted_tools=settings.hosted_tools))
 
 
 async def main(settings: Settings) -> None:

@@ -40,6 +40,7 @@ class Submit:
     prompt: tuple[int, ...]
     max_tokens: int
     sampling: Sampling
+    grammar: Any
     reply: Reply
 
 

@@ -43,6 +43,14 @@ class ModelStatistics:
 
 
 @attrs.frozen
+class Rendered:
+    """A chat template's output: the token ids and the text they encode."""
+
+    tokens: list[int]
+    text: str
+
+
+@attrs.frozen
 class Admission:
     """The reply to Submit: where the request's step outputs arrive."""
 
@@ -61,21 +69,21 @@ class ModelHandle:
         self._render_limiter = trio.CapacityLimiter(2)
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
-                     template_kwargs: dict | None = None) -> list[int]:
-        def work() -> list[int]:
+                     template_kwargs: dict | None = None) -> "Rendered":
+        def work() -> Rendered:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
                 **(template_kwargs or {}))
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
         return await trio.to_thread.run_sync(work, limiter=self._render_limiter)
 
     @asynccontextmanager
-    async def generate(self, prompt: list[int], max_tokens: int,
-                       sampling: Sampling) -> AsyncIterator[Admission]:
+    async def generate(self, prompt: list[int], max_tokens: int, sampling: Sampling,
+                       grammar: Any = None) -> AsyncIterator[Admission]:
         """Holds a slot (or a place in the queue) for the duration of the block."""
         admission: Admission = await ask(
-            self._inbox, lambda r: Submit(tuple(prompt), max_tokens, sampling, r))
+            self._inbox, lambda r: Submit(tuple(prompt), max_tokens, sampling, grammar, r))
         try:
             yield admission
         finally:
@@ -92,6 +100,7 @@ class _Request:
     prompt: tuple[int, ...]
     max_tokens: int
     sampling: Sampling
+    grammar: Any
     outputs: trio.MemorySendChannel
 
 
@@ -160,7 +169,7 @@ class ModelActor:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
         send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
-        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, send)
+        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, msg.grammar, send)
         self._next_uid += 1
         if len(self._active) < self._parallel:
             self._admit(req)
@@ -171,7 +180,8 @@ class ModelActor:
     def _admit(self, req: _Request) -> None:
         self._active[req.uid] = req
         self._admitted += 1
-        self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling))
+        self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling,
+                                    req.grammar))
         if self._parked is not None:
             self._flush(self._parked)
 

@@ -15,6 +15,7 @@ import trio
 from ..errors import APIError
 from ..model.engine import Sampling
 from .events import ResponseBuilder, usage
+from .output import OutputAssembler
 from .lifecycle import Event, Status, is_terminal, next_status
 from .model import ModelHandle
 
@@ -26,7 +27,8 @@ TERMINAL_HOOK_TIMEOUT = 5.0
 class Supervisor:
     def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
                  sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
-                 background: bool = False,
+                 assemble: Callable[[ResponseBuilder], OutputAssembler],
+                 grammar: Any = None, background: bool = False,
                  on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
         self.response_id = response_id
         self._prompt = prompt
@@ -36,6 +38,8 @@ class Supervisor:
         self._on_terminal = on_terminal
         self.builder = ResponseBuilder(response_id, echo, background=background)
         self.builder.created()
+        self._output = assemble(self.builder)
+        self._grammar = grammar
         self.status = Status.QUEUED
         self._changed = trio.Event()
         self._done = trio.Event()
@@ -73,14 +77,18 @@ class Supervisor:
             self._notify()
 
     async def _generate(self) -> None:
-        async with self._model.generate(self._prompt, self._max_tokens, self._sampling) as adm:
+        async with self._model.generate(self._prompt, self._max_tokens, self._sampling,
+                                        self._grammar) as adm:
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)
                     self.builder.in_progress()
                 self._output_tokens += 1
-                self.builder.text(out.text)
+                self._output.feed(out.text)
+                if out.error is not None:
+                    raise APIError(f"constrained decoding failed: {out.error}")
                 if out.finish_reason is not None:
+                    self._output.finish()
                     event = Event.TRUNCATE if out.finish_reason == "length" else Event.COMPLETE
                     self._move(event)
                     self.builder.finish(self.status, self._usage())
@@ -90,7 +98,8 @@ class Supervisor:
         raise APIError("generation ended without a finish reason (engine stopped)")
 
     def _usage(self) -> dict[str, Any]:
-        return usage(input_tokens=len(self._prompt), output_tokens=self._output_tokens)
+        return usage(input_tokens=len(self._prompt), output_tokens=self._output_tokens,
+                     reasoning_tokens=self._output.reasoning_tokens)
 
     def _fail(self, code: str, message: str) -> None:
         if is_terminal(self.status):

@@ -41,6 +41,7 @@ class Handles:
     defaults: Defaults
     blas: str
     api_key: str | None = None
+    hosted_tools: str = "error"
     started_at: int = attrs.Factory(lambda: int(time.time()))
 
 

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from ..actors.events import new_id
+from ..actors.output import decrypt_reasoning
 from ..errors import InvalidRequest, NotSupportedYet
 from . import wire
 
@@ -106,8 +107,14 @@ def text_of(content: str | list[dict[str, Any]]) -> str:
 
 
 def reasoning_text(item: dict[str, Any]) -> str:
-    parts = item.get("content") or item.get("summary") or []
-    return "\n".join(p["text"] for p in parts)
+    """A reasoning item's text: its content, else triode's encrypted_content, else summary."""
+    if item.get("content"):
+        return "\n".join(p["text"] for p in item["content"])
+    if item.get("encrypted_content"):
+        text = decrypt_reasoning(item["encrypted_content"])
+        if text is not None:
+            return text
+    return "\n".join(p["text"] for p in item.get("summary") or [])
 
 
 def _arguments(raw: str) -> Any:

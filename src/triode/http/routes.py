@@ -13,11 +13,13 @@ import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.events import new_id
+from ..actors.output import OutputAssembler
 from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..actors.store import StoreDisabled
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
 from . import history, sse, translate
 from .convert import structure
+from ..model.parsers import make_parser
 from .wire import CreateResponse
 
 log = logging.getLogger(__name__)
@@ -67,9 +69,12 @@ async def create_response():
     elif req.conversation is not None:
         conversation = history.conversation_id(req.conversation)
         past = await h.conversations.get(conversation) or []
-    plan = translate.plan(req, h.defaults, past, conversation)
-    prompt = await h.model.render(plan.messages)
-    context = h.model.info.context_length
+    info = h.model.info
+    plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools,
+                          reasoning_model=info.reasoning)
+    rendered = await h.model.render(plan.messages, plan.template_tools)
+    prompt = rendered.tokens
+    context = info.context_length
     room = context - len(prompt)
     if room < 1:
         raise ContextLengthExceeded(
@@ -79,7 +84,8 @@ async def create_response():
     response_id = new_id("resp")
     handle = await h.registry.start(lambda: Supervisor(
         response_id=response_id, prompt=prompt, max_tokens=max_tokens,
-        sampling=plan.sampling, echo=plan.echo, model=h.model,
+        sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=plan.grammar,
+        assemble=assembler_for(plan, info, rendered.text),
         on_terminal=lambda obj, events: keep_turn(h, plan, obj, events)))
     if plan.stream:
         return await stream_response(handle)
@@ -88,6 +94,23 @@ async def create_response():
     finally:
         await cancel_unless_done(handle)
     return json_response(obj)
+
+
+def assembler_for(plan: translate.Plan, info, prompt_text: str):
+    """How this response's decoded text becomes output items (parser + declared tools)."""
+    starts_in_reasoning = info.reasoning and prompt_text.rstrip().endswith("<think>")
+    declared = {t.chat_name: (t.kind, t.name, t.namespace) for t in plan.tools}
+
+    def assemble(builder):
+        parser = make_parser(info.tool_format, reasoning=info.reasoning,
+                             starts_in_reasoning=starts_in_reasoning)
+        return OutputAssembler(builder, parser, resolve=declared.get,
+                               allow_calls=plan.choice.mode != "none",
+                               parallel=plan.echo["parallel_tool_calls"],
+                               encrypted_reasoning=plan.encrypted_reasoning,
+                               starts_in_reasoning=starts_in_reasoning)
+
+    return assemble
 
 
 async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]) -> None:

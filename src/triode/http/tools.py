@@ -45,6 +45,12 @@ class Tool:
               "parameters": params or {"type": "object", "properties": {}}}
         return {"type": "function", "function": fn}
 
+    def for_grammar(self) -> dict[str, Any]:
+        """The shape constraints.tool_call_grammar takes, under the name the model writes."""
+        if self.kind == "custom":
+            return {"type": "custom", "name": self.chat_name, "format": self.format}
+        return {"type": "function", "name": self.chat_name, "parameters": self.parameters}
+
     def echo(self) -> dict[str, Any]:
         if self.kind == "custom":
             out = {"type": "custom", "name": self.name, "description": self.description}

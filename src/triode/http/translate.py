@@ -14,7 +14,9 @@ from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
 from ..model.engine import Sampling
 from . import wire
 from .items import chat_messages, input_items
+from .tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 
+SUPPORTED_INCLUDES = ("reasoning.encrypted_content",)
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
@@ -40,6 +42,11 @@ class Plan:
     stream: bool
     store: bool
     conversation: str | None
+    tools: list[Tool]
+    choice: ToolChoice
+    template_tools: list[dict[str, Any]]   # what the chat template is given
+    grammar: Any                           # constraints.Grammar | None
+    encrypted_reasoning: bool
 
 
 def _later(param: str, what: str) -> NotSupportedYet:
@@ -87,12 +94,6 @@ def validate(req: wire.CreateResponse) -> None:
         raise InvalidRequest("background responses cannot be streamed; "
                              "set stream or background, not both", param="stream")
     # Features later parts of triode bring: refused by name, never silently ignored.
-    if req.tools:
-        raise _later("tools", "tools")
-    if req.tool_choice not in (None, "auto", "none"):
-        raise _later("tool_choice", "tool_choice other than 'auto' or 'none'")
-    if req.text is not None and req.text.format is not None and req.text.format.type != "text":
-        raise _later("text.format", f"text.format of type '{req.text.format.type}'")
     if req.previous_response_id is not None and req.conversation is not None:
         raise InvalidRequest("previous_response_id and conversation cannot be used together",
                              param="previous_response_id")
@@ -101,15 +102,39 @@ def validate(req: wire.CreateResponse) -> None:
             raise _later(param, param)
     if req.background:
         raise _later("background", "background mode")
-    if req.include:
-        raise _later("include", "include")
+    for i, value in enumerate(req.include or []):
+        if value not in SUPPORTED_INCLUDES:
+            raise _later(f"include[{i}]", f"include value '{value}'")
     if req.top_logprobs:
         raise _later("top_logprobs", "top_logprobs")
 
 
+def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
+             parallel: bool, reasoning: bool) -> Any:
+    """Constrained decoding: forced tool calls for required/named choices, else the
+    structured-output format, else none. Compiled now, so a bad schema is a 400 here."""
+    from ..model.constraints import compile_text_format, tool_call_grammar
+
+    if choice.mode == "required":
+        named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
+        mode = choice.allowed[0] if named else "required"
+        return tool_call_grammar([t.for_grammar() for t in visible], mode, parallel=parallel,
+                                 allow_reasoning=reasoning)
+    if req.text is not None and req.text.format is not None and req.text.format.type != "text":
+        fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
+        return compile_text_format(fmt, allow_reasoning=reasoning)
+    return None
+
+
 def plan(req: wire.CreateResponse, defaults: Defaults,
-         history: list[dict[str, Any]] = (), conversation: str | None = None) -> Plan:
+         history: list[dict[str, Any]] = (), conversation: str | None = None, *,
+         hosted_tools: str = "error", reasoning_model: bool = False) -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors."""
+    tools = parse_tools(req.tools, hosted=hosted_tools)
+    choice = parse_tool_choice(req.tool_choice, tools)
+    visible = [t for t in tools if t.chat_name in choice.allowed]
+    parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
+    grammar = _grammar(req, visible, choice, parallel, reasoning_model)
     items = input_items(req)
     messages = chat_messages(req.instructions, [*history, *items])
     temperature = defaults.temperature if req.temperature is None else req.temperature
@@ -125,7 +150,7 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
         "max_tool_calls": req.max_tool_calls,
         "metadata": req.metadata or {},
         "model": req.model,
-        "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "parallel_tool_calls": parallel,
         "previous_response_id": req.previous_response_id,
         "conversation": {"id": conversation} if conversation else None,
         "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
@@ -134,8 +159,8 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
         "temperature": temperature,
         "text": {"format": text_format,
                  **({"verbosity": req.text.verbosity} if req.text and req.text.verbosity else {})},
-        "tool_choice": req.tool_choice or "auto",
-        "tools": [],
+        "tool_choice": choice.echo,
+        "tools": [t.echo() for t in tools],
         "top_p": top_p,
         "top_logprobs": req.top_logprobs or 0,
         "truncation": req.truncation or "disabled",
@@ -144,6 +169,8 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
         "prompt_cache_key": req.prompt_cache_key,
         "safety_identifier": req.safety_identifier,
     }
-    return Plan(items=items, messages=messages, sampling=sampling, max_output_tokens=req.max_output_tokens,
-                echo=echo, stream=bool(req.stream), store=store,
-                conversation=conversation)
+    return Plan(items=items, messages=messages, sampling=sampling,
+                max_output_tokens=req.max_output_tokens, echo=echo, stream=bool(req.stream),
+                store=store, conversation=conversation, tools=tools, choice=choice,
+                template_tools=[t.for_template() for t in visible], grammar=grammar,
+                encrypted_reasoning="reasoning.encrypted_content" in (req.include or []))

@@ -36,6 +36,7 @@ class Insert:
     prompt: tuple[int, ...]
     max_tokens: int
     sampling: Sampling
+    grammar: Any = None         # a constraints.Grammar: constrained decoding for this sequence
 
 
 @attrs.frozen
@@ -54,6 +55,7 @@ class StepOutput:
     token: int
     text: str                   # newly decodable text (UTF-8 safe; may be empty)
     finish_reason: str | None   # "stop" (end of sequence), "length" (max tokens), or None
+    error: str | None = None    # set on the last output when constrained decoding failed
 
 
 Exchange = Callable[[list[StepOutput], bool], Sequence[Command]]
@@ -90,6 +92,7 @@ class Engine:
             stream=stream,
         )
         started(info, tokenizer)
+        processors: dict[int, Any] = {}    # our uid → its constrained-decoding processor
         ours: dict[int, int] = {}          # generator uid → our uid
         theirs: dict[int, int] = {}        # our uid → generator uid
         detokenizers: dict[int, Any] = {}  # our uid → streaming detokenizer
@@ -100,9 +103,15 @@ class Engine:
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
+                        extra = {}
+                        if cmd.grammar is not None:
+                            from .constraints import make_processor
+
+                            processors[cmd.uid] = make_processor(cmd.grammar, tokenizer)
+                            extra["logits_processors"] = [[processors[cmd.uid]]]
                         (gen_uid,) = generator.insert(
                             [list(cmd.prompt)], [cmd.max_tokens],
-                            samplers=[sampler_for(cmd.sampling)])
+                            samplers=[sampler_for(cmd.sampling)], **extra)
                         ours[gen_uid] = cmd.uid
                         theirs[cmd.uid] = gen_uid
                         detokenizers[cmd.uid] = tokenizer.detokenizer
@@ -110,6 +119,7 @@ class Engine:
                         generator.remove([theirs[cmd.uid]])
                         del ours[theirs.pop(cmd.uid)]
                         detokenizers.pop(cmd.uid)
+                        processors.pop(cmd.uid, None)
                 if not theirs:
                     continue
                 _, responses = generator.next()
@@ -118,9 +128,13 @@ class Engine:
                     detok = detokenizers[uid]
                     if r.finish_reason != "stop":
                         detok.add_token(r.token)
+                    error = None
                     if r.finish_reason is not None:
                         detok.finalize()
                         del ours[r.uid], theirs[uid], detokenizers[uid]
-                    outputs.append(StepOutput(uid, r.token, detok.last_segment, r.finish_reason))
+                        processor = processors.pop(uid, None)
+                        error = processor.error if processor is not None else None
+                    outputs.append(StepOutput(uid, r.token, detok.last_segment, r.finish_reason,
+                                              error))
         finally:
             generator.close()

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from ..settings import BUNDLED_MODEL
+from .parsers import detect_format
 
 BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
 
@@ -26,6 +27,8 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     vocab_size: int
     sampling_defaults: dict[str, float] = attrs.Factory(dict)
+    tool_format: str = "none"          # see model/parsers: hermes, mistral, llama3, ...
+    reasoning: bool = False            # the vocabulary has <think> and </think>
 
 
 def load(model: str) -> tuple[Any, Any]:
@@ -43,6 +46,8 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
         eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=sampling_defaults(Path(model_path(model))),
+        tool_format=detect_format(getattr(tokenizer, "chat_template", None)),
+        reasoning=all(t in getattr(tokenizer, "vocab", {}) for t in ("<think>", "</think>")),
     )
 
 

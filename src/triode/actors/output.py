@@ -1,0 +1,130 @@
+"""From decoded text to output items: the parser's events, mapped onto the request's tools.
+
+Pure (no trio): the supervisor feeds it one step's text at a time. Custom tools are shown to
+the template as functions with one `input` string (http/items.py), so a call to one comes back
+as a `custom_tool_call` with that raw input; a custom call whose arguments are not
+`{"input": str}`, or a call to a tool the request did not declare, comes back as a plain
+`function_call` with the original arguments, so the client can report the error and go on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Callable
+
+from ..model.parsers import (ReasoningDelta, ReasoningDone, TextDelta, ToolCallDelta,
+                             ToolCallDone, ToolCallStart)
+from .events import ResponseBuilder
+
+ENCRYPTED_REASONING_VERSION = 1
+
+
+def encrypt_reasoning(text: str) -> str:
+    """A self-describing base64url blob of the reasoning text (not encrypted: client data)."""
+    blob = json.dumps({"triode": "reasoning", "v": ENCRYPTED_REASONING_VERSION, "text": text},
+                      ensure_ascii=False, separators=(",", ":"))
+    return base64.urlsafe_b64encode(blob.encode()).decode().rstrip("=")
+
+
+def decrypt_reasoning(blob: str) -> str | None:
+    """The reasoning text of a blob `encrypt_reasoning` made; None for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
+        obj = json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(obj, dict) or obj.get("triode") != "reasoning" \
+            or not isinstance(obj.get("text"), str):
+        return None
+    return obj["text"]
+
+
+class OutputAssembler:
+    def __init__(self, builder: ResponseBuilder, parser: Any, *,
+                 resolve: Callable[[str], tuple[str, str, str | None] | None],
+                 allow_calls: bool = True, parallel: bool = True,
+                 encrypted_reasoning: bool = False, starts_in_reasoning: bool = False):
+        """`resolve(chat_name)` gives (kind, name, namespace) of a declared tool, or None."""
+        self._builder = builder
+        self._parser = parser
+        self._resolve = resolve
+        self._allow_calls = allow_calls
+        self._parallel = parallel
+        self._encrypted = encrypted_reasoning
+        self._reasoning_open = starts_in_reasoning
+        self._calls = 0
+        self._dropped: set[int] = set()
+        self._deferred: set[int] = set()      # custom calls: emitted whole when done
+        self.reasoning_tokens = 0
+        self.call_count = 0
+
+    def feed(self, text: str) -> None:
+        """One decode step's text (one token)."""
+        was_open = self._reasoning_open
+        reasoned = self._apply(self._parser.feed(text))
+        if was_open or reasoned:
+            self.reasoning_tokens += 1
+
+    def finish(self) -> None:
+        self._apply(self._parser.finish())
+
+    def _apply(self, events: list[Any]) -> bool:
+        reasoned = False
+        b = self._builder
+        for ev in events:
+            match ev:
+                case TextDelta(text=t):
+                    b.text(t)
+                case ReasoningDelta(text=t):
+                    reasoned = True
+                    self._reasoning_open = True
+                    b.reasoning(t)
+                case ReasoningDone(text=t):
+                    self._reasoning_open = False
+                    b.reasoning_done(t, encrypt_reasoning(t) if self._encrypted else None)
+                case ToolCallStart(index=i, name=name):
+                    self._start(i, name)
+                case ToolCallDelta(index=i, arguments=delta):
+                    if i not in self._dropped and i not in self._deferred and delta:
+                        b.call_delta(i, delta)
+                case ToolCallDone(index=i, name=name, arguments=arguments):
+                    self._done(i, name, arguments)
+        return reasoned
+
+    def _start(self, index: int, chat_name: str) -> None:
+        if not self._allow_calls or (not self._parallel and self.call_count >= 1):
+            self._dropped.add(index)      # tool_choice none, or parallel_tool_calls false
+            return
+        self.call_count += 1
+        tool = self._resolve(chat_name)
+        if tool is not None and tool[0] == "custom":
+            self._deferred.add(index)
+            return
+        kind, name, namespace = tool if tool is not None else ("function", chat_name, None)
+        self._builder.call_start(index, kind=kind, name=name, namespace=namespace)
+
+    def _done(self, index: int, chat_name: str, arguments: str) -> None:
+        if index in self._dropped:
+            return
+        if index not in self._deferred:
+            self._builder.call_done(index, arguments)
+            return
+        _, name, namespace = self._resolve(chat_name)
+        raw = _custom_input(arguments)
+        if raw is None:   # malformed custom arguments: a plain function call, as generated
+            self._builder.call_start(index, kind="function", name=name, namespace=namespace)
+            self._builder.call_done(index, arguments)
+        else:
+            self._builder.call_start(index, kind="custom", name=name, namespace=namespace)
+            self._builder.call_done(index, raw)
+
+
+def _custom_input(arguments: str) -> str | None:
+    try:
+        obj = json.loads(arguments)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and set(obj) == {"input"} and isinstance(obj["input"], str):
+        return obj["input"]
+    return None
