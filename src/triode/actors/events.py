@@ -67,7 +67,7 @@ class ResponseBuilder:
         self.obj["status"] = Status.IN_PROGRESS.value
         self._emit("response.in_progress", response=self._snapshot())
 
-    def text(self, delta: str) -> None:
+    def text(self, delta: str, logprobs: list[dict[str, Any]] | None = None) -> None:
         if not delta:
             return
         if self._message is None:
@@ -75,8 +75,10 @@ class ResponseBuilder:
         item = self._message
         part = item["content"][0]
         part["text"] += delta
+        part["logprobs"] += logprobs or []
         self._emit("response.output_text.delta", item_id=item["id"],
-                   output_index=self._index(item), content_index=0, delta=delta, logprobs=[])
+                   output_index=self._index(item), content_index=0, delta=delta,
+                   logprobs=logprobs or [])
 
     def _index(self, item: dict[str, Any]) -> int:
         return next(i for i, it in enumerate(self.obj["output"]) if it is item)
@@ -98,7 +100,7 @@ class ResponseBuilder:
         index = self._index(item)
         part = item["content"][0]
         self._emit("response.output_text.done", item_id=item["id"], output_index=index,
-                   content_index=0, text=part["text"], logprobs=[])
+                   content_index=0, text=part["text"], logprobs=part["logprobs"])
         self._emit("response.content_part.done", item_id=item["id"], output_index=index,
                    content_index=0, part=copy.deepcopy(part))
         item["status"] = status

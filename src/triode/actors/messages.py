@@ -41,6 +41,7 @@ class Submit:
     max_tokens: int
     sampling: Sampling
     grammar: Any
+    top_logprobs: int | None
     reply: Reply
 
 

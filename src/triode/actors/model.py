@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Callable
 import attrs
 import trio
 
-from ..errors import Overloaded, ServerError
+from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
 from ..model.loading import ModelInfo
 from .mailbox import answer, ask
@@ -71,19 +71,24 @@ class ModelHandle:
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
                      template_kwargs: dict | None = None) -> "Rendered":
         def work() -> Rendered:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                **(template_kwargs or {}))
+            try:
+                text = self.tokenizer.apply_chat_template(
+                    messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                    **(template_kwargs or {}))
+            except Exception as exc:  # a template error is the request's, not the server's
+                raise InvalidRequest(f"the chat template could not render this input: {exc}",
+                                     param="input", code="invalid_prompt") from None
             return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
         return await trio.to_thread.run_sync(work, limiter=self._render_limiter)
 
     @asynccontextmanager
     async def generate(self, prompt: list[int], max_tokens: int, sampling: Sampling,
-                       grammar: Any = None) -> AsyncIterator[Admission]:
+                       grammar: Any = None, top_logprobs: int | None = None
+                       ) -> AsyncIterator[Admission]:
         """Holds a slot (or a place in the queue) for the duration of the block."""
-        admission: Admission = await ask(
-            self._inbox, lambda r: Submit(tuple(prompt), max_tokens, sampling, grammar, r))
+        admission: Admission = await ask(self._inbox, lambda r: Submit(
+            tuple(prompt), max_tokens, sampling, grammar, top_logprobs, r))
         try:
             yield admission
         finally:
@@ -101,6 +106,7 @@ class _Request:
     max_tokens: int
     sampling: Sampling
     grammar: Any
+    top_logprobs: int | None
     outputs: trio.MemorySendChannel
 
 
@@ -169,7 +175,8 @@ class ModelActor:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
         send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
-        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, msg.grammar, send)
+        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, msg.grammar,
+                       msg.top_logprobs, send)
         self._next_uid += 1
         if len(self._active) < self._parallel:
             self._admit(req)
@@ -181,7 +188,7 @@ class ModelActor:
         self._active[req.uid] = req
         self._admitted += 1
         self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling,
-                                    req.grammar))
+                                    req.grammar, req.top_logprobs))
         if self._parked is not None:
             self._flush(self._parked)
 

@@ -58,9 +58,12 @@ class OutputAssembler:
         self._deferred: set[int] = set()      # custom calls: emitted whole when done
         self.reasoning_tokens = 0
         self.call_count = 0
+        self._logprobs: list[dict[str, Any]] = []   # entries waiting for the text they made
 
-    def feed(self, text: str) -> None:
-        """One decode step's text (one token)."""
+    def feed(self, text: str, logprobs: dict[str, Any] | None = None) -> None:
+        """One decode step's text (one token) and, if asked for, its logprob entry."""
+        if logprobs is not None:
+            self._logprobs.append(logprobs)
         was_open = self._reasoning_open
         reasoned = self._apply(self._parser.feed(text))
         if was_open or reasoned:
@@ -75,8 +78,10 @@ class OutputAssembler:
         for ev in events:
             match ev:
                 case TextDelta(text=t):
-                    b.text(t)
+                    b.text(t, self._logprobs)
+                    self._logprobs = []
                 case ReasoningDelta(text=t):
+                    self._logprobs = []   # logprobs describe output_text only
                     reasoned = True
                     self._reasoning_open = True
                     b.reasoning(t)
@@ -84,6 +89,7 @@ class OutputAssembler:
                     self._reasoning_open = False
                     b.reasoning_done(t, encrypt_reasoning(t) if self._encrypted else None)
                 case ToolCallStart(index=i, name=name):
+                    self._logprobs = []
                     self._start(i, name)
                 case ToolCallDelta(index=i, arguments=delta):
                     if i not in self._dropped and i not in self._deferred and delta:
@@ -128,3 +134,28 @@ def _custom_input(arguments: str) -> str | None:
     if isinstance(obj, dict) and set(obj) == {"input"} and isinstance(obj["input"], str):
         return obj["input"]
     return None
+
+
+class StopMatcher:
+    """Text-level stop sequences: holds back only what could still become a stop sequence;
+    on a match, everything before it is the end of the output."""
+
+    def __init__(self, stops: list[str]):
+        self._stops = stops
+        self._hold = max((len(s) for s in stops), default=1) - 1
+        self._buffer = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text that is safe to emit, whether a stop sequence was reached)."""
+        self._buffer += text
+        hits = [i for i in (self._buffer.find(s) for s in self._stops) if i >= 0]
+        if hits:
+            out, self._buffer = self._buffer[:min(hits)], ""
+            return out, True
+        cut = max(0, len(self._buffer) - self._hold)
+        out, self._buffer = self._buffer[:cut], self._buffer[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self._buffer = self._buffer, ""
+        return out

@@ -15,7 +15,7 @@ import trio
 from ..errors import APIError
 from ..model.engine import Sampling
 from .events import ResponseBuilder, usage
-from .output import OutputAssembler
+from .output import OutputAssembler, StopMatcher
 from .lifecycle import Event, Status, is_terminal, next_status
 from .model import ModelHandle
 
@@ -28,7 +28,8 @@ class Supervisor:
     def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
                  sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
                  assemble: Callable[[ResponseBuilder], OutputAssembler],
-                 grammar: Any = None, background: bool = False,
+                 grammar: Any = None, stop: list[str] = (), top_logprobs: int | None = None,
+                 background: bool = False,
                  on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
         self.response_id = response_id
         self._prompt = prompt
@@ -40,6 +41,8 @@ class Supervisor:
         self.builder.created()
         self._output = assemble(self.builder)
         self._grammar = grammar
+        self._stops = StopMatcher(list(stop))
+        self._top_logprobs = top_logprobs
         self.status = Status.QUEUED
         self._changed = trio.Event()
         self._done = trio.Event()
@@ -78,23 +81,27 @@ class Supervisor:
 
     async def _generate(self) -> None:
         async with self._model.generate(self._prompt, self._max_tokens, self._sampling,
-                                        self._grammar) as adm:
+                                        self._grammar, self._top_logprobs) as adm:
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)
                     self.builder.in_progress()
                 self._output_tokens += 1
-                self._output.feed(out.text)
+                text, stopped = self._stops.feed(out.text)
+                self._output.feed(text, out.logprobs)
                 if out.error is not None:
                     raise APIError(f"constrained decoding failed: {out.error}")
-                if out.finish_reason is not None:
+                if stopped or out.finish_reason is not None:
+                    if not stopped:
+                        self._output.feed(self._stops.flush())
                     self._output.finish()
-                    event = Event.TRUNCATE if out.finish_reason == "length" else Event.COMPLETE
+                    truncated = out.finish_reason == "length" and not stopped
+                    event = Event.TRUNCATE if truncated else Event.COMPLETE
                     self._move(event)
                     self.builder.finish(self.status, self._usage())
                 self._notify()
-                if out.finish_reason is not None:
-                    return
+                if stopped or out.finish_reason is not None:
+                    return  # leaving the block releases the slot
         raise APIError("generation ended without a finish reason (engine stopped)")
 
     def _usage(self) -> dict[str, Any]:

@@ -106,6 +106,8 @@ _register(wire.InputItem, _item)
 _register(Union[str, list[wire.ContentPart]], _str_or_list(wire.ContentPart))
 _register(Union[str, list[wire.InputItem]], _str_or_list(wire.InputItem))
 _register(Union[str, dict[str, Any], None], _str_or_object)
+_register(Union[str, list[str], None], lambda v, _: v if v is None or isinstance(v, str)
+          else converter.structure(v, list[str]))
 
 
 def structure(data: Any, cls: type) -> Any:

@@ -72,7 +72,7 @@ async def create_response():
     info = h.model.info
     plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools,
                           reasoning_model=info.reasoning)
-    rendered = await h.model.render(plan.messages, plan.template_tools)
+    rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
     prompt = rendered.tokens
     context = info.context_length
     room = context - len(prompt)
@@ -85,6 +85,7 @@ async def create_response():
     handle = await h.registry.start(lambda: Supervisor(
         response_id=response_id, prompt=prompt, max_tokens=max_tokens,
         sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=plan.grammar,
+        stop=plan.stop, top_logprobs=plan.top_logprobs,
         assemble=assembler_for(plan, info, rendered.text),
         on_terminal=lambda obj, events: keep_turn(h, plan, obj, events)))
     if plan.stream:

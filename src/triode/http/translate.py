@@ -16,7 +16,8 @@ from . import wire
 from .items import chat_messages, input_items
 from .tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 
-SUPPORTED_INCLUDES = ("reasoning.encrypted_content",)
+SUPPORTED_INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs")
+MAX_STOP_SEQUENCES = 16
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
@@ -47,6 +48,9 @@ class Plan:
     template_tools: list[dict[str, Any]]   # what the chat template is given
     grammar: Any                           # constraints.Grammar | None
     encrypted_reasoning: bool
+    stop: list[str]
+    template_kwargs: dict[str, Any]
+    top_logprobs: int | None          # None unless the request includes output_text.logprobs
 
 
 def _later(param: str, what: str) -> NotSupportedYet:
@@ -66,11 +70,31 @@ def _range(value: float | int | None, lo: float, hi: float, param: str) -> None:
                              param=param)
 
 
+def stop_sequences(req: wire.CreateResponse) -> list[str]:
+    if req.stop is None:
+        return []
+    return [req.stop] if isinstance(req.stop, str) else list(req.stop)
+
+
 def validate(req: wire.CreateResponse) -> None:
     """Every check that needs nothing but the request itself."""
     _range(req.temperature, 0, 2, "temperature")
     _range(req.top_p, 0, 1, "top_p")
     _range(req.top_logprobs, 0, 20, "top_logprobs")
+    _range(req.top_k, 0, 100_000, "top_k")
+    _range(req.min_p, 0, 1, "min_p")
+    _range(req.seed, -(2**63), 2**63 - 1, "seed")
+    if req.repetition_penalty is not None and not 0 < req.repetition_penalty <= 10:
+        raise InvalidRequest("Invalid value for 'repetition_penalty': must be in (0, 10]",
+                             param="repetition_penalty")
+    stops = stop_sequences(req)
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise InvalidRequest(f"Invalid value for 'stop': at most {MAX_STOP_SEQUENCES} sequences",
+                             param="stop")
+    for i, stop in enumerate(stops):
+        if not stop:
+            raise InvalidRequest("Invalid value for 'stop': sequences must not be empty",
+                                 param=f"stop[{i}]" if isinstance(req.stop, list) else "stop")
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise InvalidRequest("Invalid value for 'max_output_tokens': must be at least 1",
                              param="max_output_tokens")
@@ -105,8 +129,6 @@ def validate(req: wire.CreateResponse) -> None:
     for i, value in enumerate(req.include or []):
         if value not in SUPPORTED_INCLUDES:
             raise _later(f"include[{i}]", f"include value '{value}'")
-    if req.top_logprobs:
-        raise _later("top_logprobs", "top_logprobs")
 
 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
@@ -139,8 +161,11 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
     messages = chat_messages(req.instructions, [*history, *items])
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
-    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=defaults.top_k,
-                        min_p=defaults.min_p)
+    sampling = Sampling(
+        temperature=temperature, top_p=top_p,
+        top_k=defaults.top_k if req.top_k is None else req.top_k,
+        min_p=defaults.min_p if req.min_p is None else req.min_p,
+        seed=req.seed, repetition_penalty=req.repetition_penalty)
     store = True if req.store is None else req.store
     text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
                    if req.text and req.text.format else {"type": "text"})
@@ -173,4 +198,7 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
                 max_output_tokens=req.max_output_tokens, echo=echo, stream=bool(req.stream),
                 store=store, conversation=conversation, tools=tools, choice=choice,
                 template_tools=[t.for_template() for t in visible], grammar=grammar,
-                encrypted_reasoning="reasoning.encrypted_content" in (req.include or []))
+                encrypted_reasoning="reasoning.encrypted_content" in (req.include or []),
+                stop=stop_sequences(req), template_kwargs=req.chat_template_kwargs or {},
+                top_logprobs=(req.top_logprobs or 0)
+                if "message.output_text.logprobs" in (req.include or []) else None)

@@ -195,3 +195,10 @@ class CreateResponse:
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     prompt: dict[str, Any] | None = None
+    # Extra body fields (not OpenAI's): sampling controls and chat-template arguments.
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: Union[str, list[str], None] = None
+    repetition_penalty: float | None = None
+    chat_template_kwargs: dict[str, Any] | None = None

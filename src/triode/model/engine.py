@@ -28,6 +28,8 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float | None = None
 
 
 @attrs.frozen
@@ -37,6 +39,7 @@ class Insert:
     max_tokens: int
     sampling: Sampling
     grammar: Any = None         # a constraints.Grammar: constrained decoding for this sequence
+    top_logprobs: int | None = None   # None: no logprobs; else how many alternatives per token
 
 
 @attrs.frozen
@@ -56,19 +59,82 @@ class StepOutput:
     text: str                   # newly decodable text (UTF-8 safe; may be empty)
     finish_reason: str | None   # "stop" (end of sequence), "length" (max tokens), or None
     error: str | None = None    # set on the last output when constrained decoding failed
+    logprobs: dict | None = None  # OpenAI's logprob entry for this token, when asked for
 
 
 Exchange = Callable[[list[StepOutput], bool], Sequence[Command]]
 
 
-@functools.lru_cache(maxsize=256)
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
-    """One sampler object per distinct setting, so a batch that shares settings samples in
-    one batched call (BatchGenerator compares samplers by identity)."""
+    """The sampler for one request. Unseeded settings share one object per distinct setting,
+    so a batch that shares settings samples in one batched call (BatchGenerator compares
+    samplers by identity); a seeded request gets its own random key, split every step."""
+    if sampling.seed is None or sampling.temperature == 0:
+        return _shared_sampler(attrs.evolve(sampling, seed=None, repetition_penalty=None))
+    return _seeded_sampler(sampling)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     from mlx_lm.sample_utils import make_sampler
 
     return make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
                         min_p=sampling.min_p, top_k=sampling.top_k)
+
+
+def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    key = mx.random.key(sampling.seed)
+
+    def sample(logprobs: Any) -> Any:
+        nonlocal key
+        if 0 < sampling.top_p < 1:
+            logprobs = apply_top_p(logprobs, sampling.top_p)
+        if sampling.min_p:
+            logprobs = apply_min_p(logprobs, sampling.min_p)
+        if sampling.top_k > 0:
+            logprobs = apply_top_k(logprobs, sampling.top_k)
+        key, step = mx.random.split(key)
+        return mx.random.categorical(logprobs * (1 / sampling.temperature), key=step)
+
+    return sample
+
+
+def logits_processors_for(cmd: "Insert", tokenizer: Any) -> tuple[list[Any], Any]:
+    """Penalties first, the grammar last (it must see the final logits); also returns the
+    constrained-decoding processor, whose error is reported when the sequence ends."""
+    processors: list[Any] = []
+    if cmd.sampling.repetition_penalty:
+        from mlx_lm.sample_utils import make_logits_processors
+
+        processors += make_logits_processors(repetition_penalty=cmd.sampling.repetition_penalty)
+    constraint = None
+    if cmd.grammar is not None:
+        from .constraints import make_processor
+
+        constraint = make_processor(cmd.grammar, tokenizer)
+        processors.append(constraint)
+    return processors, constraint
+
+
+def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[str, Any]:
+    """OpenAI's {token, logprob, bytes, top_logprobs} for one sampled token."""
+    import mlx.core as mx
+
+    def described(tok: int, value: float) -> dict[str, Any]:
+        text = tokenizer.decode([tok])
+        return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+    entry = described(token, logprobs[token].item())
+    alternatives = []
+    if top > 0:
+        ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
+        values = logprobs[ids].tolist()
+        alternatives = sorted(zip(ids.tolist(), values), key=lambda p: -p[1])
+    entry["top_logprobs"] = [described(t, v) for t, v in alternatives]
+    return entry
 
 
 class Engine:
@@ -96,6 +162,7 @@ class Engine:
         ours: dict[int, int] = {}          # generator uid → our uid
         theirs: dict[int, int] = {}        # our uid → generator uid
         detokenizers: dict[int, Any] = {}  # our uid → streaming detokenizer
+        wants_logprobs: dict[int, int] = {}  # our uid → top_logprobs, for those that ask
         outputs: list[StepOutput] = []
         try:
             while True:
@@ -104,15 +171,17 @@ class Engine:
                 for cmd in commands:
                     if isinstance(cmd, Insert):
                         extra = {}
-                        if cmd.grammar is not None:
-                            from .constraints import make_processor
-
-                            processors[cmd.uid] = make_processor(cmd.grammar, tokenizer)
-                            extra["logits_processors"] = [[processors[cmd.uid]]]
+                        chain, constraint = logits_processors_for(cmd, tokenizer)
+                        if chain:
+                            extra["logits_processors"] = [chain]
+                        if constraint is not None:
+                            processors[cmd.uid] = constraint
                         (gen_uid,) = generator.insert(
                             [list(cmd.prompt)], [cmd.max_tokens],
                             samplers=[sampler_for(cmd.sampling)], **extra)
                         ours[gen_uid] = cmd.uid
+                        if cmd.top_logprobs is not None:
+                            wants_logprobs[cmd.uid] = cmd.top_logprobs
                         theirs[cmd.uid] = gen_uid
                         detokenizers[cmd.uid] = tokenizer.detokenizer
                     elif cmd.uid in theirs:
@@ -120,6 +189,7 @@ class Engine:
                         del ours[theirs.pop(cmd.uid)]
                         detokenizers.pop(cmd.uid)
                         processors.pop(cmd.uid, None)
+                        wants_logprobs.pop(cmd.uid, None)
                 if not theirs:
                     continue
                 _, responses = generator.next()
@@ -129,12 +199,16 @@ class Engine:
                     if r.finish_reason != "stop":
                         detok.add_token(r.token)
                     error = None
+                    entry = None
+                    if uid in wants_logprobs and r.finish_reason != "stop":
+                        entry = logprob_entry(tokenizer, r.token, r.logprobs, wants_logprobs[uid])
                     if r.finish_reason is not None:
+                        wants_logprobs.pop(uid, None)
                         detok.finalize()
                         del ours[r.uid], theirs[uid], detokenizers[uid]
                         processor = processors.pop(uid, None)
                         error = processor.error if processor is not None else None
                     outputs.append(StepOutput(uid, r.token, detok.last_segment, r.finish_reason,
-                                              error))
+                                              error, entry))
         finally:
             generator.close()
