@@ -41,7 +41,7 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
     """Starts the actor tree under the caller's nursery and reports its Handles."""
     from .actors.model import ModelActor
     from .actors.registry import Registry
-    from .actors.store import ConversationStore, ResponseStore
+    from .actors.store import ConversationStore, ReasoningEchoStore, ResponseStore
 
     blas = preload_blas(settings.blas)
     log.info("BLAS in use: %s", blas)
@@ -58,11 +58,13 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
             max_entries=settings.conversation_store_max_entries,
             max_bytes=settings.conversation_store_max_bytes,
             ttl_secs=settings.conversation_store_ttl_secs).run)
+        echo = await nursery.start(ReasoningEchoStore(
+            max_bytes=settings.reasoning_echo_max_bytes).run)
         info = model.info
         log.info("model %s loaded (context %d tokens, %d slots)",
                  info.path, info.context_length, settings.parallel)
         task_status.started(Handles(
-            model=model, registry=registry, responses=responses, conversations=conversations,
+            model=model, registry=registry, responses=responses, conversations=conversations, echo=echo,
             model_names=model_names(settings, info.path),
             defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key,
             hosted_tools=settings.hosted_tools))

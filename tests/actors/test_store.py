@@ -260,3 +260,20 @@ async def test_pinned_put_over_budget_is_refused_and_evicts_nothing(nursery):
     assert await responses.put("resp_job2", sized_response(41), pinned=True) is False
     assert await responses.get("resp_stored") is not None
     assert await responses.pin("resp_stored") is False
+
+
+async def test_reasoning_echo_remembers_within_its_byte_budget():
+    """The echo store recalls remembered turns, evicts least recently used past its byte
+    budget, and with budget 0 remembers nothing."""
+    from triode.actors.store import ReasoningEchoStore
+
+    async with trio.open_nursery() as nursery:
+        echo = await nursery.start(ReasoningEchoStore(max_bytes=2 * (len("k1") + 10)).run)
+        await echo.remember([("k1", "a" * 10), ("k2", "b" * 10)])
+        assert await echo.recall(["k1", "k2", "zz"]) == ["a" * 10, "b" * 10, None]
+        await echo.remember([("k3", "c" * 10)])          # k1 is least recent: evicted
+        assert await echo.recall(["k1", "k2", "k3"]) == [None, "b" * 10, "c" * 10]
+        off = await nursery.start(ReasoningEchoStore(max_bytes=0).run)
+        await off.remember([("k1", "x")])
+        assert await off.recall(["k1"]) == [None] and not off.enabled
+        nursery.cancel_scope.cancel()

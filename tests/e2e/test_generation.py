@@ -232,3 +232,24 @@ def test_sampling_extras(client, server):
                          ("seed", "x"), ("stop", [""])):
         r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x", field: value})
         assert r.status_code == 400 and error_of(r)["param"].startswith(field), (field, r.text)
+
+
+def test_reasoning_echo_restores_a_turn_resent_without_its_reasoning(client):
+    """A turn sent back without its reasoning item is rendered with the reasoning triode
+    generated for it, as it was generated."""
+    from transformers import AutoTokenizer
+
+    from triode.model.loading import BUNDLED_PATH
+
+    tok = AutoTokenizer.from_pretrained(str(BUNDLED_PATH))
+    first = client.responses.create(model=MODEL, input="Think, then reply with: cedar 5")
+    reasoning, message = first.output
+    history = [{"role": "user", "content": "Think, then reply with: cedar 5"},
+               {"role": "assistant", "content": "cedar 5"},
+               {"role": "user", "content": "Repeat your first answer."}]
+    again = client.responses.create(model=MODEL, input=history)
+    with_reasoning = [dict(history[1], reasoning_content=reasoning.content[0].text)]
+    rendered = tok.apply_chat_template([history[0], *with_reasoning, history[2]],
+                                       add_generation_prompt=True, tokenize=False)
+    assert again.usage.input_tokens == len(tok.encode(rendered, add_special_tokens=False))
+    assert again.output_text == "cedar 5"

@@ -310,3 +310,70 @@ class ConversationStore(_BudgetedStore):
 def _snapshot(items: list[bytes] | None) -> tuple[bytes, ...] | None:
     """A tuple copy, so later appends never show through a transcript already handed out."""
     return None if items is None else tuple(items)
+
+
+# ---- the reasoning echo store ---------------------------------------------------------------
+# Remembers the reasoning of assistant turns triode returned, keyed by the turn's visible
+# content, so a client that later resends the turn without its reasoning item gets it back
+# in the prompt (rendered as generated). Budget: bytes only (MLXCEL_REASONING_ECHO_MAX_BYTES);
+# 0 disables it. LRU; no TTL.
+
+ECHO_MAX_ENTRIES = 1_000_000
+
+
+@attrs.frozen
+class RememberReasoning:
+    turns: tuple[tuple[str, str], ...]     # (turn key, reasoning text)
+
+
+@attrs.frozen
+class RecallReasoning:
+    keys: tuple[str, ...]
+    reply: ReplyChannel
+
+
+ReasoningEchoMessage = RememberReasoning | RecallReasoning | GetStatistics
+
+
+@attrs.frozen
+class ReasoningEchoHandle:
+    _inbox: trio.MemorySendChannel
+    enabled: bool
+
+    async def remember(self, turns: Iterable[tuple[str, str]]) -> None:
+        turns = tuple(turns)
+        if self.enabled and turns:
+            await self._inbox.send(RememberReasoning(turns))
+
+    async def recall(self, keys: Iterable[str]) -> list[str | None]:
+        keys = tuple(keys)
+        if not self.enabled or not keys:
+            return [None] * len(keys)
+        return await ask(self._inbox, lambda reply: RecallReasoning(keys, reply))
+
+    async def statistics(self) -> BudgetStatistics:
+        return await ask(self._inbox, GetStatistics)
+
+
+class ReasoningEchoStore:
+    def __init__(self, *, max_bytes: int, clock: Callable[[], float] = trio.current_time):
+        self._entries = BudgetedMap(max_entries=ECHO_MAX_ENTRIES if max_bytes else 0,
+                                    max_bytes=max_bytes, ttl_secs=0)
+        self._clock = clock
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[ReasoningEchoHandle] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        entries = self._entries
+        send, inbox = trio.open_memory_channel[ReasoningEchoMessage](MAILBOX_SIZE)
+        task_status.started(ReasoningEchoHandle(send, entries.max_entries > 0))
+        async for msg in inbox:
+            now = self._clock()
+            match msg:
+                case RememberReasoning(turns):
+                    for key, text in turns:
+                        entries.put(key, text, now, size=len(text.encode()) + len(key))
+                case RecallReasoning(keys, reply):
+                    answer(reply, lambda: [entries.get(k, now) for k in keys])
+                case GetStatistics(reply):
+                    answer(reply, entries.statistics)

@@ -37,6 +37,7 @@ class Handles:
     registry: Any         # RegistryHandle
     responses: Any        # ResponseStoreHandle
     conversations: Any    # ConversationStoreHandle
+    echo: Any             # ReasoningEchoHandle
     model_names: tuple[str, ...]
     defaults: Defaults
     blas: str

@@ -12,6 +12,7 @@ with one string parameter, `input`; a namespaced function as `namespace.name`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -169,3 +170,12 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
                 msg["name"] = names[item["call_id"]]
             messages.append(msg)
     return messages
+
+
+def turn_key(message: dict[str, Any]) -> str:
+    """Identifies an assistant turn by what the client sees of it (text and tool calls), so
+    the reasoning echo can find it again when it comes back without its reasoning."""
+    visible = {"content": message.get("content") or "",
+               "tool_calls": message.get("tool_calls") or []}
+    blob = json.dumps(visible, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -18,6 +18,7 @@ from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..actors.store import StoreDisabled
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
 from . import history, sse, translate
+from .items import chat_messages, turn_key
 from .convert import structure
 from ..model.parsers import make_parser
 from .wire import CreateResponse
@@ -72,6 +73,7 @@ async def create_response():
     info = h.model.info
     plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools,
                           reasoning_model=info.reasoning)
+    await restore_reasoning(h, plan.messages)
     rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
     prompt = rendered.tokens
     context = info.context_length
@@ -114,8 +116,23 @@ def assembler_for(plan: translate.Plan, info, prompt_text: str):
     return assemble
 
 
+async def restore_reasoning(h, messages: list[dict[str, Any]]) -> None:
+    """Assistant turns sent back without their reasoning get the reasoning triode generated
+    for them, so the prompt renders as it was generated (the reasoning echo)."""
+    bare = [m for m in messages if m["role"] == "assistant" and "reasoning_content" not in m]
+    for message, text in zip(bare, await h.echo.recall(turn_key(m) for m in bare)):
+        if text is not None:
+            message["reasoning_content"] = text
+
+
 async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]) -> None:
-    """At a response's end: store it (store: true) and extend its conversation, if any."""
+    """At a response's end: store it (store: true), extend its conversation, if any, and
+    remember the reasoning of the turn it returned."""
+    if obj["status"] in ("completed", "incomplete"):
+        turns = [m for m in chat_messages(None, obj["output"]) if m.get("reasoning_content")]
+        await h.echo.remember(
+            (turn_key({k: v for k, v in m.items() if k != "reasoning_content"}),
+             m["reasoning_content"]) for m in turns)
     if plan.conversation is not None and obj["status"] in ("completed", "incomplete"):
         with contextlib.suppress(StoreDisabled):
             await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])
@@ -259,7 +276,8 @@ async def health():
     model = await h.model.statistics()
     registry = await h.registry.statistics()
     stores = {name: attrs.asdict(await store.statistics())
-              for name, store in (("responses", h.responses), ("conversations", h.conversations))}
+              for name, store in (("responses", h.responses), ("conversations", h.conversations),
+                                  ("reasoning_echo", h.echo))}
     return json_response({
         "status": "ok" if model.engine_alive else "degraded",
         "model": h.model_names[0],
