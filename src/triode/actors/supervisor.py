@@ -15,9 +15,9 @@ import trio
 from ..errors import APIError
 from ..model.engine import Sampling
 from .events import ResponseBuilder, usage
-from .output import OutputAssembler, StopMatcher
 from .lifecycle import Event, Status, is_terminal, next_status
 from .model import ModelHandle
+from .output import OutputAssembler, StopMatcher
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.events import new_id
 from ..actors.output import OutputAssembler
-from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..actors.store import StoreDisabled
+from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
-from . import history, sse, translate
-from .items import chat_messages, turn_key
-from .convert import structure
 from ..model.parsers import make_parser
+from . import history, sse, translate
+from .convert import structure
+from .items import chat_messages, turn_key
 from .wire import CreateResponse
 
 log = logging.getLogger(__name__)
@@ -128,12 +128,11 @@ async def restore_reasoning(h, messages: list[dict[str, Any]]) -> None:
 async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]) -> None:
     """At a response's end: store it (store: true), extend its conversation, if any, and
     remember the reasoning of the turn it returned."""
-    if obj["status"] in ("completed", "incomplete"):
+    finished = obj["status"] in ("completed", "incomplete")
+    if finished:
         turns = [m for m in chat_messages(None, obj["output"]) if m.get("reasoning_content")]
-        await h.echo.remember(
-            (turn_key({k: v for k, v in m.items() if k != "reasoning_content"}),
-             m["reasoning_content"]) for m in turns)
-    if plan.conversation is not None and obj["status"] in ("completed", "incomplete"):
+        await h.echo.remember((turn_key(m), m["reasoning_content"]) for m in turns)
+    if plan.conversation is not None and finished:
         with contextlib.suppress(StoreDisabled):
             await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])
     if plan.store:
