@@ -233,13 +233,15 @@ def test_compiled_grammars_are_cached():
     assert compile_text_format(fmt) is compile_text_format(json.loads(json.dumps(fmt)))
 
 
-def test_reasoning_block_is_optional_before_json(tiny):
-    """With allow_reasoning, a `<think>` block may precede the JSON; without it, it may not."""
+def test_reasoning_runs_until_think_closes_when_the_prompt_opened_it(tiny):
+    """in_reasoning: free reasoning up to `</think>`, then the JSON; otherwise the JSON
+    starts at the first token and no `<think>` block is admitted."""
     fmt = {"type": "json_schema", "name": "f", "schema": FLAGS}
     doc = '{"ok": false, "level": 0, "note": "hi"}'
-    thinking = compile_text_format(fmt, allow_reasoning=True)
-    assert walk(thinking, tiny[1], f"<think>\nsome thought\n</think>\n\n{doc}")[0].finished
-    assert walk(thinking, tiny[1], doc)[0].finished
+    thinking = compile_text_format(fmt, in_reasoning=True)
+    assert walk(thinking, tiny[1], f"some thought\n</think>\n\n{doc}")[0].finished
+    assert not walk(thinking, tiny[1], doc)[0].finished
+    assert walk(compile_text_format(fmt), tiny[1], doc)[0].finished
     assert not walk(compile_text_format(fmt), tiny[1], f"<think>\nx\n</think>\n\n{doc}")[1]
 
 

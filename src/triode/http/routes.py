@@ -71,8 +71,7 @@ async def create_response():
         conversation = history.conversation_id(req.conversation)
         past = await h.conversations.get(conversation) or []
     info = h.model.info
-    plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools,
-                          reasoning_model=info.reasoning)
+    plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools)
     await restore_reasoning(h, plan.messages)
     rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
     prompt = rendered.tokens
@@ -83,12 +82,14 @@ async def create_response():
             f"the input is {len(prompt)} tokens; this model's context window is {context}",
             param="input")
     max_tokens = min(plan.max_output_tokens or room, room)
+    thinking = starts_in_reasoning(info, rendered.text)
+    grammar = translate.grammar_for(req, plan, in_reasoning=thinking)
     response_id = new_id("resp")
     handle = await h.registry.start(lambda: Supervisor(
         response_id=response_id, prompt=prompt, max_tokens=max_tokens,
-        sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=plan.grammar,
+        sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=grammar,
         stop=plan.stop, top_logprobs=plan.top_logprobs,
-        assemble=assembler_for(plan, info, rendered.text),
+        assemble=assembler_for(plan, info, thinking),
         on_terminal=lambda obj, events: keep_turn(h, plan, obj, events)))
     if plan.stream:
         return await stream_response(handle)
@@ -99,19 +100,24 @@ async def create_response():
     return json_response(obj)
 
 
-def assembler_for(plan: translate.Plan, info, prompt_text: str):
+def starts_in_reasoning(info, prompt_text: str) -> bool:
+    """The rendered prompt ends inside an open `<think>` block (a template with thinking on),
+    so generation starts with reasoning."""
+    return info.reasoning and prompt_text.rstrip().endswith("<think>")
+
+
+def assembler_for(plan: translate.Plan, info, thinking: bool):
     """How this response's decoded text becomes output items (parser + declared tools)."""
-    starts_in_reasoning = info.reasoning and prompt_text.rstrip().endswith("<think>")
     declared = {t.chat_name: (t.kind, t.name, t.namespace) for t in plan.tools}
 
     def assemble(builder):
         parser = make_parser(info.tool_format, reasoning=info.reasoning,
-                             starts_in_reasoning=starts_in_reasoning)
+                             starts_in_reasoning=thinking)
         return OutputAssembler(builder, parser, resolve=declared.get,
                                allow_calls=plan.choice.mode != "none",
                                parallel=plan.echo["parallel_tool_calls"],
                                encrypted_reasoning=plan.encrypted_reasoning,
-                               starts_in_reasoning=starts_in_reasoning)
+                               starts_in_reasoning=thinking)
 
     return assemble
 

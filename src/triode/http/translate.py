@@ -131,32 +131,41 @@ def validate(req: wire.CreateResponse) -> None:
             raise _later(f"include[{i}]", f"include value '{value}'")
 
 
+def grammar_for(req: wire.CreateResponse, plan: "Plan", *, in_reasoning: bool) -> Any:
+    """The plan's grammar for a prompt that already opened `<think>` (or not)."""
+    if plan.grammar is None or not in_reasoning:
+        return plan.grammar
+    return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
+                    plan.choice, plan.echo["parallel_tool_calls"], in_reasoning=True)
+
+
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
-             parallel: bool, reasoning: bool) -> Any:
+             parallel: bool, *, in_reasoning: bool = False) -> Any:
     """Constrained decoding: forced tool calls for required/named choices, else the
-    structured-output format, else none. Compiled now, so a bad schema is a 400 here."""
+    structured-output format, else none. Compiled at create time (cached), so a bad schema
+    is a 400 before anything starts."""
     from ..model.constraints import compile_text_format, tool_call_grammar
 
     if choice.mode == "required":
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
         return tool_call_grammar([t.for_grammar() for t in visible], mode, parallel=parallel,
-                                 allow_reasoning=reasoning)
+                                 in_reasoning=in_reasoning)
     if req.text is not None and req.text.format is not None and req.text.format.type != "text":
         fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
-        return compile_text_format(fmt, allow_reasoning=reasoning)
+        return compile_text_format(fmt, in_reasoning=in_reasoning)
     return None
 
 
 def plan(req: wire.CreateResponse, defaults: Defaults,
          history: list[dict[str, Any]] = (), conversation: str | None = None, *,
-         hosted_tools: str = "error", reasoning_model: bool = False) -> Plan:
+         hosted_tools: str = "error") -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors."""
     tools = parse_tools(req.tools, hosted=hosted_tools)
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    grammar = _grammar(req, visible, choice, parallel, reasoning_model)
+    grammar = _grammar(req, visible, choice, parallel)
     items = input_items(req)
     messages = chat_messages(req.instructions, [*history, *items])
     temperature = defaults.temperature if req.temperature is None else req.temperature

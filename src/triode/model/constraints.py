@@ -75,15 +75,16 @@ class Grammar:
 
 # ---- text.format ----------------------------------------------------------------------------
 
-def compile_text_format(fmt: Mapping[str, Any], *, allow_reasoning: bool = False) -> Grammar | None:
+def compile_text_format(fmt: Mapping[str, Any], *, in_reasoning: bool = False) -> Grammar | None:
     """The grammar for a `text.format` object; None for plain `text`.
 
-    `allow_reasoning` admits an optional `<think>...</think>` block before the JSON."""
+    `in_reasoning`: the prompt already opened `<think>`; reasoning runs until `</think>`,
+    then the JSON. Otherwise the JSON starts at the first token."""
     kind = fmt.get("type", "text")
     if kind == "text":
         return None
     if kind == "json_object":
-        return _json_grammar(_canonical({"type": "object"}), allow_reasoning)
+        return _json_grammar(_canonical({"type": "object"}), in_reasoning)
     if kind != "json_schema":
         raise InvalidSchema(f"Invalid value for 'text.format.type': {kind!r}; expected one of "
                             "'text', 'json_schema', 'json_object'", param="text.format.type")
@@ -98,7 +99,7 @@ def compile_text_format(fmt: Mapping[str, Any], *, allow_reasoning: bool = False
     if fmt.get("strict") is True:
         check_strict_schema(schema, what=f"response_format '{name}'")
     try:
-        return _json_grammar(_canonical(schema), allow_reasoning)
+        return _json_grammar(_canonical(schema), in_reasoning)
     except ValueError as e:
         raise InvalidSchema(f"Invalid schema for response_format '{name}': {e}") from None
 
@@ -159,12 +160,12 @@ def _canonical(schema: Any) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _json_grammar(canonical_schema: str, allow_reasoning: bool) -> Grammar:
+def _json_grammar(canonical_schema: str, in_reasoning: bool) -> Grammar:
     """Raises ValueError with llguidance's explanation when the schema can't be compiled."""
-    body = f"start: {_THINK_PREFIX if allow_reasoning else ''}json_body\n"
+    body = f"start: {_THINK_PREFIX if in_reasoning else ''}json_body\n"
     body += f"json_body: {_json_block(json.loads(canonical_schema))}\n"
-    return _checked(Grammar(body + (_THINK_RULE if allow_reasoning else ""),
-                            _THINK_MARKERS if allow_reasoning else ()))
+    return _checked(Grammar(body + (_THINK_RULE if in_reasoning else ""),
+                            _THINK_MARKERS if in_reasoning else ()))
 
 
 def _json_block(schema: dict[str, Any]) -> str:
@@ -172,11 +173,12 @@ def _json_block(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
 
 
-_THINK_PREFIX = "think? "
-# The reasoning text cannot contain the closing marker when that is a special token, so the
-# first `</think>` ends it.
-_THINK_RULE = 'think: m_think_open /(.|\\n)*/ m_think_close "\\n\\n"\n'
-_THINK_MARKERS = (("m_think_open", THINK_OPEN), ("m_think_close", THINK_CLOSE))
+_THINK_PREFIX = "think "
+# For a prompt that already opened `<think>` (a template with thinking on): free reasoning
+# text up to the first `</think>`, then the constrained part. The reasoning text cannot
+# contain the closing marker when that is a special token, so the first `</think>` ends it.
+_THINK_RULE = 'think: /(.|\\n)*/ m_think_close "\\n\\n"\n'
+_THINK_MARKERS = (("m_think_close", THINK_CLOSE),)
 
 
 # ---- tool calls -----------------------------------------------------------------------------
@@ -202,7 +204,7 @@ def tool_name(tool: Mapping[str, Any]) -> str:
 
 
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
-                      parallel: bool = True, allow_reasoning: bool = False) -> Grammar:
+                      parallel: bool = True, in_reasoning: bool = False) -> Grammar:
     """Forced Hermes tool calls: only `<tool_call>\\n{"name": ..., "arguments": ...}\\n
     </tool_call>` blocks (joined by a newline), then the end of the turn.
 
@@ -225,7 +227,7 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
             raise InvalidRequest("every tool needs a non-empty 'name'", param=f"tools[{i}].name")
     calls = tuple((names[i], _canonical(tool_arguments_schema(tools[i]))) for i in chosen)
     try:
-        return _tool_grammar(calls, parallel, allow_reasoning)
+        return _tool_grammar(calls, parallel, in_reasoning)
     except _ToolSchemaError as e:
         i = chosen[e.index]
         param = "format" if tools[i].get("type") == "custom" else "parameters"
@@ -241,14 +243,14 @@ class _ToolSchemaError(ValueError):
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
-                  allow_reasoning: bool) -> Grammar:
+                  in_reasoning: bool) -> Grammar:
     for i, (_, schema) in enumerate(calls):
         try:  # checked one by one so an error names its tool
             _json_grammar(schema, False)
         except ValueError as e:
             raise _ToolSchemaError(i, str(e)) from None
     rules = [
-        f"start: {_THINK_PREFIX if allow_reasoning else ''}"
+        f"start: {_THINK_PREFIX if in_reasoning else ''}"
         + ('call ("\\n" call)*' if parallel else "call"),
         'call: m_call_open "\\n" (' + " | ".join(f"call_{i}" for i in range(len(calls)))
         + ') "\\n" m_call_close',
@@ -258,7 +260,7 @@ def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
         rules.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
         rules.append(f"args_{i}: {_json_block(json.loads(schema))}")
     markers = (("m_call_open", TOOL_CALL_OPEN), ("m_call_close", TOOL_CALL_CLOSE))
-    if allow_reasoning:
+    if in_reasoning:
         rules.append(_THINK_RULE)
         markers += _THINK_MARKERS
     return _checked(Grammar("\n".join(rules) + "\n", markers))
