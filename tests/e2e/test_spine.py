@@ -262,7 +262,7 @@ def test_disconnect_frees_the_slot(server):
     before = server.health()["generation"]["tokens"]
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         with http.stream("POST", "/v1/responses", json=body) as r:
-            lines = r.iter_lines()
+            lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
             created = json.loads(next(line for line in lines if line.startswith("data: "))
                                  .removeprefix("data: "))
             for line in lines:
@@ -283,9 +283,11 @@ def test_full_queue_is_503():
         body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000}
         with httpx.Client(base_url=srv.base_url, timeout=60) as http:
             with http.stream("POST", "/v1/responses", json=body) as r:
-                for line in r.iter_lines():
+                lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
+                for line in lines:
                     if line.startswith("event: response.output_text.delta"):
                         break
+                assert srv.health()["slots"]["busy"] == 1
                 second = srv.http.post("/v1/responses", json={"model": MODEL, "input": "hi"})
                 assert second.status_code == 503
                 err = error_of(second)
