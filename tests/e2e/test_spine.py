@@ -263,12 +263,14 @@ LONG = "Reply with: " + " ".join(["lantern copper 7 meadow quiet"] * 60)
 
 def test_disconnect_frees_the_slot(server):
     """A client that disconnects mid-stream cancels its generation and frees its slot."""
-    body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000,
-            "temperature": 1.5}
+    body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000}
     before = server.health()["generation"]["tokens"]
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         with http.stream("POST", "/v1/responses", json=body) as r:
-            for line in r.iter_lines():
+            lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
+            created = json.loads(next(line for line in lines if line.startswith("data: "))
+                                 .removeprefix("data: "))
+            for line in lines:
                 if line.startswith("event: response.output_text.delta"):
                     break
             assert server.health()["slots"]["busy"] == 1
@@ -276,18 +278,21 @@ def test_disconnect_frees_the_slot(server):
     generated = server.health()["generation"]["tokens"] - before
     assert generated < 2000
     wait_until(lambda: server.health()["responses"]["live"] == 0)
+    stored = server.http.get(f"/v1/responses/{created['response']['id']}").json()
+    assert stored["status"] == "cancelled"
 
 
 def test_full_queue_is_503():
     """With every slot busy and the wait queue full, create is 503 server_overloaded."""
     with run_server("--parallel", "1", "--max-queue", "0") as srv:
-        body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000,
-                "temperature": 1.5}
+        body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000}
         with httpx.Client(base_url=srv.base_url, timeout=60) as http:
             with http.stream("POST", "/v1/responses", json=body) as r:
-                for line in r.iter_lines():
+                lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
+                for line in lines:
                     if line.startswith("event: response.output_text.delta"):
                         break
+                assert srv.health()["slots"]["busy"] == 1
                 second = srv.http.post("/v1/responses", json={"model": MODEL, "input": "hi"})
                 assert second.status_code == 503
                 err = error_of(second)
