@@ -28,10 +28,11 @@ async def ask(inbox: trio.MemorySendChannel, make: Callable[[ReplyChannel], Any]
 
 def answer(reply: ReplyChannel, fn: Callable[[], T]) -> None:
     """Runs `fn` and sends its outcome (value or exception) back on `reply`."""
-    send(reply, outcome.capture(fn))
+    reply_with(reply, outcome.capture(fn))
 
 
-def send(reply: ReplyChannel, result: outcome.Outcome) -> None:
+def reply_with(reply: ReplyChannel, result: outcome.Outcome) -> None:
+    """Sends a ready outcome (e.g. `outcome.Error(exc)`) on a one-shot reply channel."""
     with reply:
         try:
             reply.send_nowait(result)

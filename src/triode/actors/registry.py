@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Callable
 
 import attrs
+import outcome
 import trio
 
-from .mailbox import answer, ask
+from .mailbox import answer, ask, reply_with
 from .supervisor import Supervisor, SupervisorHandle
 
 INBOX_SIZE = 256
@@ -79,7 +80,11 @@ class Registry:
             async for msg in inbox:
                 match msg:
                     case Start(make=make, reply=reply):
-                        handle = await nursery.start(self._supervise, make())
+                        try:
+                            handle = await nursery.start(self._supervise, make())
+                        except Exception as exc:  # refused before admission (e.g. Overloaded)
+                            reply_with(reply, outcome.Error(exc))
+                            continue
                         answer(reply, lambda: handle)
                     case Cancel(response_id=rid, reply=reply):
                         answer(reply, lambda: self._cancel(rid))
@@ -96,11 +101,17 @@ class Registry:
 
     async def _supervise(self, sup: Supervisor, *, task_status) -> None:
         # Runs inside the registry's nursery: the registry's own task tree owns `_live`.
-        handle = SupervisorHandle(sup)
-        self._live[sup.response_id] = handle
-        self._started += 1
-        task_status.started(handle)
+        registry = self
+
+        class Registering:
+            """Registers the supervisor the moment it is admitted, before anyone can look."""
+
+            def started(self, handle: SupervisorHandle) -> None:
+                registry._live[sup.response_id] = handle
+                registry._started += 1
+                task_status.started(handle)
+
         try:
-            await sup.run()
+            await sup.run(task_status=Registering())
         finally:
             self._live.pop(sup.response_id, None)

@@ -48,6 +48,8 @@ class Supervisor:
         self._done = trio.Event()
         self._scope = trio.CancelScope()
         self._cancel_requested = False
+        self._admitted = False
+        self._task_status = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
 
     def _move(self, event: Event) -> None:
@@ -57,18 +59,31 @@ class Supervisor:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def run(self) -> None:
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Reports started (with its handle) once the model actor has taken the request into
+        a slot or its wait queue; a refusal before that (a full queue: Overloaded) propagates
+        to whoever started it, and nothing was created."""
+        self._task_status = task_status
         try:
             with self._scope:
                 await self._generate()
             if self._scope.cancelled_caught:
                 self._finish_cancelled()
         except APIError as exc:
+            if not self._admitted:
+                raise
             self._fail(exc.code or "server_error", exc.message)
         except Exception as exc:  # one response fails; the server keeps serving
+            if not self._admitted:
+                raise
             log.exception("response %s failed", self.response_id)
             self._fail("server_error", f"internal error: {type(exc).__name__}")
         finally:
+            if self._admitted:
+                await self._end()
+
+    async def _end(self) -> None:
+        try:
             if not is_terminal(self.status):  # cancelled from outside (shutdown)
                 self._move(Event.CANCEL)
                 self.builder.cancel(self._usage())
@@ -76,12 +91,15 @@ class Supervisor:
             if self._on_terminal is not None:
                 with trio.move_on_after(TERMINAL_HOOK_TIMEOUT, shield=True):
                     await self._on_terminal(self.builder.obj, self.builder.events)
+        finally:
             self._done.set()
             self._notify()
 
     async def _generate(self) -> None:
         async with self._model.generate(self._prompt, self._max_tokens, self._sampling,
                                         self._grammar, self._top_logprobs) as adm:
+            self._admitted = True
+            self._task_status.started(SupervisorHandle(self))
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)

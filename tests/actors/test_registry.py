@@ -1,0 +1,61 @@
+"""The registry and supervisors over a fake engine: admission, refusal, cancel."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from triode.actors.model import ModelActor
+from triode.actors.output import OutputAssembler
+from triode.actors.registry import Registry
+from triode.actors.supervisor import Supervisor
+from triode.errors import Overloaded
+from triode.model.engine import Sampling
+from triode.model.parsers import make_parser
+
+from .test_model_actor import FakeEngine
+
+
+def supervisor(model, rid: str, max_tokens: int) -> Supervisor:
+    return Supervisor(response_id=rid, prompt=[1, 2], max_tokens=max_tokens,
+                      sampling=Sampling(), echo={}, model=model, assemble=plain_text)
+
+
+def plain_text(builder):
+    return OutputAssembler(builder, make_parser("none", reasoning=False,
+                                                starts_in_reasoning=False),
+                           resolve=lambda name: None)
+
+
+async def test_a_full_queue_refuses_the_start_and_the_registry_keeps_serving():
+    """Overloaded at admission reaches the caller of start(); nothing is registered, and the
+    registry still starts, looks up and cancels responses afterwards."""
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=0,
+                                               engine_factory=FakeEngine).run)
+        registry = await nursery.start(Registry().run)
+        busy = await registry.start(lambda: supervisor(model, "resp_busy", 10**9))
+        with pytest.raises(Overloaded):
+            await registry.start(lambda: supervisor(model, "resp_refused", 3))
+        assert await registry.lookup("resp_refused") is None
+        assert (await registry.statistics()).live == 1
+        assert await registry.cancel("resp_busy") is busy
+        final = await busy.wait()
+        assert final["status"] == "cancelled"
+        done = await registry.start(lambda: supervisor(model, "resp_after", 3))
+        assert (await done.wait())["status"] == "incomplete"
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancel_after_completion_changes_nothing():
+    """A response that completed stays completed when a cancel arrives late."""
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=0,
+                                               engine_factory=FakeEngine).run)
+        registry = await nursery.start(Registry().run)
+        handle = await registry.start(lambda: supervisor(model, "resp_x", 2))
+        obj = await handle.wait()
+        handle.cancel()
+        assert obj["status"] == "incomplete" and (await handle.wait())["status"] == "incomplete"
+        assert await registry.cancel("resp_x") is None
+        nursery.cancel_scope.cancel()
