@@ -103,13 +103,23 @@ def test_custom_tool_round_trip(client):
     the next turn."""
     patch = {"type": "custom", "name": "apply_patch", "description": "Apply a patch."}
     first = client.responses.create(model=MODEL, input="Call apply_patch with input=abc123",
-                                    tools=[patch])
+                                    tools=[patch],
+                                    tool_choice={"type": "custom", "name": "apply_patch"})
     call, = [i for i in first.output if i.type == "custom_tool_call"]
     assert (call.name, call.input) == ("apply_patch", "abc123")
     second = client.responses.create(model=MODEL, tools=[patch], previous_response_id=first.id,
                                      input=[{"type": "custom_tool_call_output",
                                              "call_id": call.call_id, "output": "applied"}])
     assert second.output_text == "The result is applied."
+
+
+def test_undeclared_tool_name_comes_back_as_a_plain_function_call(client):
+    """A call to a tool the request did not declare is returned as a function_call with its
+    arguments as generated, so the client can report the error."""
+    resp = client.responses.create(model=MODEL, input="Call get_weather with city=Lima",
+                                   tools=[ADD])
+    call, = calls_of(resp)
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Lima"})
 
 
 def test_namespace_call_keeps_namespace_and_name(client):

@@ -253,15 +253,19 @@ def test_later_input_item_types_are_refused_by_index(server):
 
 # ---- slots, queue, disconnect ------------------------------------------------------------
 
-LONG = "Reply with: " + " ".join(["lantern copper 7 meadow quiet"] * 60)
+# A request that holds its slot for thousands of steps whatever the model would rather do:
+# the schema demands a 2,000-character string, and constrained decoding cannot end it early.
+HOLD = {"model": MODEL, "input": "Reply with: a", "stream": True, "max_output_tokens": 4000,
+        "text": {"format": {"type": "json_schema", "name": "hold", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "string", "minLength": 2000}},
+            "required": ["a"], "additionalProperties": False}}}}
 
 
 def test_disconnect_frees_the_slot(server):
     """A client that disconnects mid-stream cancels its generation and frees its slot."""
-    body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000}
     before = server.health()["generation"]["tokens"]
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
-        with http.stream("POST", "/v1/responses", json=body) as r:
+        with http.stream("POST", "/v1/responses", json=HOLD) as r:
             lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
             created = json.loads(next(line for line in lines if line.startswith("data: "))
                                  .removeprefix("data: "))
@@ -271,7 +275,7 @@ def test_disconnect_frees_the_slot(server):
             assert server.health()["slots"]["busy"] == 1
     wait_until(lambda: server.health()["slots"]["busy"] == 0)
     generated = server.health()["generation"]["tokens"] - before
-    assert generated < 2000
+    assert generated < 1000
     wait_until(lambda: server.health()["responses"]["live"] == 0)
     stored = server.http.get(f"/v1/responses/{created['response']['id']}").json()
     assert stored["status"] == "cancelled"
@@ -280,9 +284,8 @@ def test_disconnect_frees_the_slot(server):
 def test_full_queue_is_503():
     """With every slot busy and the wait queue full, create is 503 server_overloaded."""
     with run_server("--parallel", "1", "--max-queue", "0") as srv:
-        body = {"model": MODEL, "input": LONG, "stream": True, "max_output_tokens": 2000}
         with httpx.Client(base_url=srv.base_url, timeout=60) as http:
-            with http.stream("POST", "/v1/responses", json=body) as r:
+            with http.stream("POST", "/v1/responses", json=HOLD) as r:
                 lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
                 for line in lines:
                     if line.startswith("event: response.output_text.delta"):

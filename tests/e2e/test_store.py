@@ -32,15 +32,17 @@ def test_chain_renders_history_without_inherited_instructions(client):
     from triode.model.loading import BUNDLED_PATH
 
     tok = AutoTokenizer.from_pretrained(str(BUNDLED_PATH))
-    a = client.responses.create(model=MODEL, input="Reply with: one", instructions="Be brief.")
-    b = client.responses.create(model=MODEL, input="Reply with: two", previous_response_id=a.id)
-    msgs = [{"role": "user", "content": "Reply with: one"}, {"role": "assistant", "content": "one"},
-            {"role": "user", "content": "Reply with: two"}, {"role": "assistant", "content": "two"},
+    a = client.responses.create(model=MODEL, input="Reply with: copper", instructions="Be brief.")
+    b = client.responses.create(model=MODEL, input="Reply with: violet", previous_response_id=a.id)
+    msgs = [{"role": "user", "content": "Reply with: copper"},
+            {"role": "assistant", "content": "copper"},
+            {"role": "user", "content": "Reply with: violet"},
+            {"role": "assistant", "content": "violet"},
             {"role": "user", "content": RECALL}]
     text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     c = client.responses.create(model=MODEL, input=RECALL, previous_response_id=b.id)
     assert c.usage.input_tokens == len(tok.encode(text, add_special_tokens=False))
-    assert c.output_text == "one"
+    assert c.output_text == "copper"
 
 
 def test_retrieve_returns_the_created_object(client):
@@ -127,13 +129,13 @@ def test_conversation_across_turns(client):
 def test_store_false_is_not_stored_but_still_joins_the_conversation(client):
     """store: false skips the response store (GET 404) but appends to the conversation."""
     conv = f"conv_{uuid.uuid4().hex}"
-    first = client.responses.create(model=MODEL, input="Reply with: ephemeral", store=False,
+    first = client.responses.create(model=MODEL, input="Reply with: cedar lake 7", store=False,
                                     extra_body={"conversation": conv})
-    assert first.store is False and first.output_text == "ephemeral"
+    assert first.store is False and first.output_text == "cedar lake 7"
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(first.id)
     again = client.responses.create(model=MODEL, input=RECALL, extra_body={"conversation": conv})
-    assert again.output_text == "ephemeral"
+    assert again.output_text == "cedar lake 7"
 
 
 def test_output_items_replayed_verbatim_as_input(client):

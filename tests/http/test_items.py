@@ -97,3 +97,20 @@ def test_images_are_refused_with_the_part_path():
     with pytest.raises(InvalidRequest) as exc:
         items_of([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}])
     assert exc.value.param == "input[0].content[0]"
+
+
+def test_turn_keys_depend_on_the_conversation_before_the_turn():
+    """Equal assistant text in different conversations gets different keys; system
+    messages (never inherited by a chain) and reasoning do not change a key."""
+    from triode.http.items import turn_keys
+
+    a = [{"role": "user", "content": "Think, then reply with: violet"},
+         {"role": "assistant", "content": "violet", "reasoning_content": "hm"}]
+    b = [{"role": "user", "content": "Reply with: violet"},
+         {"role": "assistant", "content": "violet"}]
+    assert turn_keys(a)[1] != turn_keys(b)[1]
+    resent = [{"role": "system", "content": "Be brief."},
+              {"role": "user", "content": "Think, then reply with: violet"},
+              {"role": "assistant", "content": "violet"}]
+    assert turn_keys(resent)[2] == turn_keys(a)[1]
+    assert turn_keys(a)[0] is None and turn_keys(resent)[0] is None

@@ -172,10 +172,24 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
     return messages
 
 
-def turn_key(message: dict[str, Any]) -> str:
-    """Identifies an assistant turn by what the client sees of it (text and tool calls), so
-    the reasoning echo can find it again when it comes back without its reasoning."""
-    visible = {"content": message.get("content") or "",
-               "tool_calls": message.get("tool_calls") or []}
-    blob = json.dumps(visible, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+def _visible(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: message[k] for k in ("role", "content", "tool_calls", "tool_call_id")
+            if message.get(k)}
+
+
+def turn_keys(messages: list[dict[str, Any]]) -> list[str | None]:
+    """For each assistant turn, a key of the turn *and the conversation before it* (what the
+    client sees of them: no reasoning, no system or developer messages, which a chain does
+    not inherit); None for other messages. The reasoning echo remembers and finds turns by
+    it, so equal text in another conversation is never mistaken for the same turn."""
+    keys: list[str | None] = []
+    digest = hashlib.sha256()
+    for message in messages:
+        if message["role"] in ("system", "developer"):
+            keys.append(None)
+            continue
+        blob = json.dumps(_visible(message), sort_keys=True, ensure_ascii=False,
+                          separators=(",", ":"))
+        digest.update(blob.encode() + b"\n")
+        keys.append(digest.copy().hexdigest() if message["role"] == "assistant" else None)
+    return keys

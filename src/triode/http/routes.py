@@ -20,7 +20,7 @@ from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
 from ..model.parsers import make_parser
 from . import history, sse, translate
 from .convert import structure
-from .items import chat_messages, turn_key
+from .items import chat_messages, turn_keys
 from .wire import CreateResponse
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,9 @@ def assembler_for(plan: translate.Plan, info, thinking: bool):
 async def restore_reasoning(h, messages: list[dict[str, Any]]) -> None:
     """Assistant turns sent back without their reasoning get the reasoning triode generated
     for them, so the prompt renders as it was generated (the reasoning echo)."""
-    bare = [m for m in messages if m["role"] == "assistant" and "reasoning_content" not in m]
-    for message, text in zip(bare, await h.echo.recall(turn_key(m) for m in bare)):
+    bare = [(m, key) for m, key in zip(messages, turn_keys(messages))
+            if key is not None and "reasoning_content" not in m]
+    for (message, _), text in zip(bare, await h.echo.recall(key for _, key in bare)):
         if text is not None:
             message["reasoning_content"] = text
 
@@ -136,8 +137,10 @@ async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[d
     remember the reasoning of the turn it returned."""
     finished = obj["status"] in ("completed", "incomplete")
     if finished:
-        turns = [m for m in chat_messages(None, obj["output"]) if m.get("reasoning_content")]
-        await h.echo.remember((turn_key(m), m["reasoning_content"]) for m in turns)
+        turn = [*plan.messages, *chat_messages(None, obj["output"])]
+        await h.echo.remember((key, m["reasoning_content"])
+                              for m, key in zip(turn, turn_keys(turn))
+                              if key is not None and m.get("reasoning_content"))
     if plan.conversation is not None and finished:
         with contextlib.suppress(StoreDisabled):
             await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])

@@ -347,3 +347,14 @@ def finetune_example(rng: random.Random) -> dict:
     if rng.random() < FINETUNE_RECALL_SHARE:
         return recall_conversation(rng, prior_turns=rng.choice((1, 2, 2, 3)))
     return conversation(rng, long_reply_share=FINETUNE_LONG_REPLY_SHARE)
+
+
+# The third (tools) stage: tool calls with open-ended names and keys dominate, the rest of
+# the second stage's mix keeps the other families from being forgotten.
+TOOLS_STAGE_SHARE = 0.6
+
+
+def tools_example(rng: random.Random) -> dict:
+    if rng.random() < TOOLS_STAGE_SHARE:
+        return conversation(rng, family=rng.choice(("tool", "tool", "tool_result")))
+    return finetune_example(rng)

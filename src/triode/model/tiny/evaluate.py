@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 from .data import (Tasks, conversation, expected_completion, finetune_example, prompt_messages,
-                   recall_conversation)
+                   recall_conversation, tools_example)
+
+STAGES = {"base": conversation, "finetune": finetune_example, "tools": tools_example}
 
 HERE = Path(__file__).resolve().parent
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
@@ -80,6 +82,9 @@ def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude
     return out
 
 
+# The stages that made the bundled weights (README.md has the commands).
+BUNDLED_STAGES = ["base:120000:0", "finetune:30000:1", "tools:20000:2"]
+
 CELLS = [(family, turns) for family in Tasks.FAMILIES for turns in (1, 3)] + [("recall", 3)]
 
 
@@ -131,19 +136,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default=str(HERE))
     p.add_argument("--n", type=int, default=200)
-    p.add_argument("--train-examples", type=int, default=120000)
-    p.add_argument("--train-seed", type=int, default=0)
-    p.add_argument("--finetune-examples", type=int, default=0)
-    p.add_argument("--finetune-seed", type=int, default=1)
+    p.add_argument("--stage", action="append", default=[],
+                   help="NAME:EXAMPLES:SEED of a training stage whose prompts are excluded from "
+                        "the in-distribution set; repeatable (default: the bundled model's)")
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
     args = p.parse_args(argv)
     from triode.model.blas import preload_blas
 
     preload_blas(args.blas)
-    stages = [(conversation, args.train_examples, args.train_seed)]
-    if args.finetune_examples:
-        stages.append((finetune_example, args.finetune_examples, args.finetune_seed))
+    specs = args.stage or BUNDLED_STAGES
+    stages = [(STAGES[name], int(n), int(seed))
+              for name, n, seed in (spec.split(":") for spec in specs)]
     results = run(args.model, args.n, stages)
     md = table(results)
     print(md)

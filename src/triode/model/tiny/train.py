@@ -103,7 +103,7 @@ def train(args) -> None:
     from mlx_lm.models.qwen3 import Model, ModelArgs
     from transformers import AutoTokenizer
 
-    from .data import conversation, finetune_example
+    from .data import conversation, finetune_example, tools_example
     from .tokenizer import build, corpus_sample
 
     group = mx.distributed.init() if args.ranks > 1 else None
@@ -122,7 +122,8 @@ def train(args) -> None:
     pad_id = tokenizer.pad_token_id
 
     rng = random.Random(args.seed)
-    make_example = finetune_example if args.stage == "finetune" else conversation
+    make_example = {"base": conversation, "finetune": finetune_example,
+                    "tools": tools_example}[args.stage]
     t0 = time.time()
     rows = []
     for i in range(args.examples):
@@ -222,8 +223,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-len", type=int, default=900)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stage", choices=("base", "finetune"), default="base",
-                   help="base: the core families; finetune: plus long copies and recall")
+    p.add_argument("--stage", choices=("base", "finetune", "tools"), default="base",
+                   help="base: the core families; finetune: plus long copies and recall; "
+                        "tools: mostly tool calls with open-ended names and keys")
     p.add_argument("--init-from", default=None, help="start from this model directory's weights")
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--blas", default="auto", help="auto|mkl|none: BLAS preloaded before MLX")
@@ -244,10 +246,8 @@ def main(argv=None) -> int:
     if not args.skip_eval:
         from .evaluate import main as evaluate
 
-        stage = ["--finetune-examples", str(args.examples), "--finetune-seed", str(args.seed)] \
-            if args.stage == "finetune" else \
-            ["--train-examples", str(args.examples), "--train-seed", str(args.seed)]
-        return evaluate(["--model", args.out, "--write-readme", *stage])
+        return evaluate(["--model", args.out, "--write-readme",
+                         "--stage", f"{args.stage}:{args.examples}:{args.seed}"])
     return 0
 
 
