@@ -1,7 +1,7 @@
 """Mailbox messages: frozen attrs classes, one union per mailbox.
 
-Actor messages never reuse wire types: the HTTP layer translates a validated request into a
-`GenerationSpec` before any actor sees it.
+Actor messages never reuse wire types: the HTTP layer translates a validated request into
+plain values (token ids, `Sampling`, a compiled grammar) before any actor sees it.
 """
 
 from __future__ import annotations
@@ -16,26 +16,11 @@ from ..model.engine import Command, Sampling, StepOutput
 Reply = trio.MemorySendChannel
 
 
-# ---- what a response asks of the model ------------------------------------------------------
-
-@attrs.frozen
-class GenerationSpec:
-    """Everything the supervisor needs to run one response (already validated)."""
-
-    response_id: str
-    messages: tuple[dict, ...]          # chat messages for the template
-    max_output_tokens: int | None
-    sampling: Sampling
-    echo: dict[str, Any]                # request fields echoed on the response object
-    background: bool = False
-    stream: bool = False
-
-
 # ---- ModelActor mailbox ---------------------------------------------------------------------
 
 @attrs.frozen
 class Submit:
-    """Asks for a generation slot; replies with a `GenerationStream` or raises Overloaded."""
+    """Asks for a generation slot; replies with an `Admission` or raises Overloaded."""
 
     prompt: tuple[int, ...]
     max_tokens: int
@@ -75,5 +60,5 @@ class ModelStatisticsRequest:
 
 ModelMessage = Submit | Release | Step | EngineStopped | ModelStatisticsRequest
 
-__all__ = ["Command", "EngineStopped", "GenerationSpec", "ModelMessage", "Release", "Step",
-           "Submit", "ModelStatisticsRequest"]
+__all__ = ["Command", "EngineStopped", "ModelMessage", "Release", "Step", "Submit",
+           "ModelStatisticsRequest"]
