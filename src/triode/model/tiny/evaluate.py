@@ -83,7 +83,7 @@ def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude
 
 
 # The stages that made the bundled weights (README.md has the commands).
-BUNDLED_STAGES = ["base:120000:0", "finetune:30000:1", "tools:20000:2"]
+BUNDLED_STAGES = ["base:120000:0", "finetune:30000:1", "tools:20000:2", "tools:20000:3"]
 
 CELLS = [(family, turns) for family in Tasks.FAMILIES for turns in (1, 3)] + [("recall", 3)]
 
