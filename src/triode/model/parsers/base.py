@@ -273,26 +273,16 @@ def call_arguments(value: Any, keys: tuple[str, ...]) -> dict:
 Step = Callable[[bool], bool]
 
 
-class ToolParser:
-    """Text with tool calls in it, parsed incrementally.
+class StepMachine:
+    """An incremental parser as a set of step methods, one per mode; `_step` is the current
+    one. A step consumes what it can from `_buffer` and returns True to run the (possibly
+    new) current step again, False to wait for more text. With `final` set (at finish) a
+    step must not wait: it closes whatever is open. Subclasses set `_buffer`, `_events` and
+    `_step` in their constructor."""
 
-    The parser is a set of step methods, one per mode; `_step` is the current one. A step
-    consumes what it can from `_buffer` and returns True to run the (possibly new) current
-    step again, False to wait for more text. With `final` set (at finish) a step must not
-    wait: it closes whatever is open.
-    """
-
-    markers: tuple[str, ...] = ()  # markup that ends plain text
-    block_end = ""  # the marker that closes a tool-call block, for formats that have one
-
-    def __init__(self) -> None:
-        self._buffer = ""
-        self._events: list[ParseEvent] = []
-        self._separator = False  # leading whitespace here separates markup, it is not text
-        self._next_index = 0
-        self._open_index: int | None = None
-        self._open_name = ""
-        self._step: Step = self._text_step
+    _buffer: str
+    _events: list[ParseEvent]
+    _step: Step
 
     def feed(self, chunk: str) -> list[ParseEvent]:
         self._buffer += chunk
@@ -308,6 +298,23 @@ class ToolParser:
     def _take_events(self) -> list[ParseEvent]:
         events, self._events = self._events, []
         return events
+
+
+class ToolParser(StepMachine):
+    """Text with tool calls in it, parsed incrementally (see StepMachine)."""
+
+    markers: tuple[str, ...] = ()  # markup that ends plain text
+    block_end = ""  # the marker that closes a tool-call block, for formats that have one
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._events: list[ParseEvent] = []
+        self._separator = False  # leading whitespace here separates markup, it is not text
+        self._next_index = 0
+        self._open_index: int | None = None
+        self._open_name = ""
+        self._step: Step = self._text_step
+
 
     def _on_marker(self, marker: str) -> None:
         """Called when plain text meets one of `markers`: sets the next step."""

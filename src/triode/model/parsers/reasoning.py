@@ -10,13 +10,13 @@ and the whitespace after `</think>` separates it from the reply: it is not messa
 from __future__ import annotations
 
 from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone, Step,
-                                       ToolParser, held_marker_length)
+                                       StepMachine, ToolParser, held_marker_length)
 
 THINK_START = "<think>"
 THINK_END = "</think>"
 
 
-class ReasoningParser:
+class ReasoningParser(StepMachine):
     """A whole assistant turn: reasoning first, then whatever `tools` makes of the rest."""
 
     def __init__(self, tools: ToolParser, *, reasoning: bool, starts_in_reasoning: bool) -> None:
@@ -28,21 +28,11 @@ class ReasoningParser:
         may_open_with_think = reasoning or starts_in_reasoning
         self._step: Step = self._opening_step if may_open_with_think else self._reply_step
 
-    def feed(self, chunk: str) -> list[ParseEvent]:
-        self._buffer += chunk
-        while self._step(False):
-            pass
-        return self._take_events()
-
     def finish(self) -> list[ParseEvent]:
         while self._step(True):
             pass
         self._events += self._tools.finish()
         return self._take_events()
-
-    def _take_events(self) -> list[ParseEvent]:
-        events, self._events = self._events, []
-        return events
 
     def _opening_step(self, final: bool) -> bool:
         """A leading `<think>` opens the reasoning; in a block the prompt already opened, a
