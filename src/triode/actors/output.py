@@ -147,6 +147,8 @@ class StopMatcher:
 
     def feed(self, text: str) -> tuple[str, bool]:
         """(text that is safe to emit, whether a stop sequence was reached)."""
+        if not self._stops:
+            return text, False   # the per-token path of every request without stops
         self._buffer += text
         hits = [i for i in (self._buffer.find(s) for s in self._stops) if i >= 0]
         if hits:
