@@ -49,6 +49,7 @@ class ResponseBuilder:
         self._message: dict[str, Any] | None = None     # the open message item, if any
         self._reasoning: dict[str, Any] | None = None   # the open reasoning item, if any
         self._calls: dict[int, dict[str, Any]] = {}     # open tool calls by parser index
+        self._positions: dict[str, int] = {}             # item id → output_index
 
     # ---- events --------------------------------------------------------------------------
 
@@ -81,7 +82,8 @@ class ResponseBuilder:
                    logprobs=logprobs or [])
 
     def _index(self, item: dict[str, Any]) -> int:
-        return next(i for i, it in enumerate(self.obj["output"]) if it is item)
+        # Output only grows, so an item's index is fixed when it is added (no scan per delta).
+        return self._positions[item["id"]]
 
     def _open_message(self) -> None:
         item = {"id": new_id("msg"), "type": "message", "role": "assistant",
@@ -188,6 +190,7 @@ class ResponseBuilder:
     def _add(self, item: dict[str, Any]) -> int:
         self.obj["output"].append(item)
         index = len(self.obj["output"]) - 1
+        self._positions[item["id"]] = index
         self._emit("response.output_item.added", output_index=index, item=copy.deepcopy(item))
         return index
 

@@ -96,7 +96,7 @@ async def create_response():
     try:
         obj = await handle.wait()
     finally:
-        await cancel_unless_done(handle)
+        await cancel_unless_done(h.registry, handle)
     return json_response(obj)
 
 
@@ -232,11 +232,11 @@ def query_int(name: str, default: int, *, lo: int, hi: int | None = None) -> int
     return value
 
 
-async def cancel_unless_done(handle: SupervisorHandle) -> None:
+async def cancel_unless_done(registry, handle: SupervisorHandle) -> None:
     """A client that went away (disconnect, cancelled request) cancels its live response."""
     if not handle.done:
         with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
-            await handles().registry.cancel(handle.response_id)
+            await registry.cancel(handle.response_id)
 
 
 async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
@@ -249,9 +249,8 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
             async for event in handle.follow(starting_after):
                 yield sse.frame(event)
         finally:
-            if cancel_on_disconnect and not handle.done:
-                with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                    await registry.cancel(handle.response_id)
+            if cancel_on_disconnect:
+                await cancel_unless_done(registry, handle)
 
     return await sse_response(frames())
 
