@@ -122,6 +122,37 @@ def test_ttl_expires_at_exactly_the_ttl():
     assert entries.statistics().evictions == Evictions(ttl=1)
 
 
+def test_an_entry_with_its_own_ttl_expires_on_it_not_on_the_maps():
+    """A per-entry TTL (shorter or longer than the map's, or none where the map has none)
+    decides that entry's expiry alone; each expires at exactly its own TTL."""
+    entries = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=10)
+    entries.put("short", 1, now=0, ttl_secs=3)
+    entries.put("default", 2, now=0)
+    entries.put("long", 3, now=1, ttl_secs=20)
+    entries.put("short2", 4, now=2, ttl_secs=3)
+    assert entries.get("short", now=2.999) == 1
+    assert entries.sweep(now=3) == 1 and "short" not in entries
+    assert entries.sweep(now=5) == 1 and "short2" not in entries
+    assert entries.get("default", now=9.999) == 2 and entries.get("default", now=10) is None
+    assert entries.get("long", now=20.999) == 3 and entries.get("long", now=21) is None
+    assert entries.statistics().evictions == Evictions(ttl=4)
+    assert entries.statistics().bytes == 0
+
+    forever = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=0)
+    forever.put("ephemeral", 1, now=0, ttl_secs=5)
+    forever.put("kept", 2, now=0)
+    assert forever.sweep(now=5) == 1
+    assert forever.get("kept", now=10**9) == 2
+
+
+def test_a_pinned_entry_keeps_its_own_ttl_for_when_it_is_unpinned():
+    entries = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=100)
+    entries.put("job", 1, now=0, pinned=True, ttl_secs=5)
+    assert entries.get("job", now=1000) == 1
+    assert entries.unpin("job", now=1000)
+    assert entries.get("job", now=1004.999) == 1 and entries.get("job", now=1005) is None
+
+
 def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over():
     """Entries totalling exactly max_bytes all stay; one byte more evicts the least recent."""
     entries = BudgetedMap(max_entries=10, max_bytes=100, ttl_secs=0)

@@ -37,9 +37,11 @@ def sized_response(n: int) -> dict[str, str]:
 
 
 async def start_responses(
-    nursery: trio.Nursery, max_entries: int = 8, max_bytes: int = 10_000, ttl_secs: float = 60
+    nursery: trio.Nursery, max_entries: int = 8, max_bytes: int = 10_000, ttl_secs: float = 60,
+    ephemeral_ttl_secs: float = 600,
 ) -> ResponseStoreHandle:
-    store = ResponseStore(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
+    store = ResponseStore(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs,
+                          ephemeral_ttl_secs=ephemeral_ttl_secs)
     return await nursery.start(store.run)
 
 
@@ -249,6 +251,23 @@ async def test_pinned_response_survives_ttl_and_lru_until_unpinned(nursery, cloc
     assert await responses.get("resp_job") is not None
     await trio.sleep_until(unpinned_at + 10)
     assert await responses.get("resp_job") is None
+
+
+@pytest.mark.trio
+async def test_ephemeral_response_lives_exactly_the_ephemeral_ttl(nursery, clock):
+    """A finished background + store:false response is readable for the ephemeral TTL, even
+    when stored responses never expire, and the sweep frees it unread."""
+    responses = await start_responses(nursery, ttl_secs=0, ephemeral_ttl_secs=30)
+    put_at = trio.current_time()
+    assert await responses.put("resp_eph", {"status": "completed"}, ephemeral=True)
+    await responses.put("resp_kept", {"status": "completed"})
+    await trio.sleep_until(put_at + 30 - 1e-6)
+    assert await responses.get("resp_eph") == {"status": "completed"}
+    await trio.sleep(60)  # past the TTL, and long enough for a sweep
+    stats = await responses.statistics()
+    assert (stats.entries, stats.evictions) == (1, Evictions(ttl=1))
+    assert await responses.get("resp_eph") is None
+    assert await responses.get("resp_kept") is not None
 
 
 @pytest.mark.trio

@@ -7,7 +7,8 @@ Policy, as the store flags describe it:
 
 * **TTL** counts from insert. A replace or an `unpin` is a new insert; a read or an append
   is not. An entry whose age is `>= ttl_secs` is expired and never returned. `ttl_secs == 0`
-  disables expiry.
+  disables expiry. A put (or unpin) may give one entry its own TTL instead of the map's
+  (finished `background` + `store: false` responses live for the ephemeral TTL).
 * **Entry count** is an LRU limit: a read or an append makes an entry most recent.
 * **Bytes** are the approximate compact-JSON size of the retained values
   (`approx_json_bytes`). An entry larger than the whole budget is not kept ("oversize").
@@ -103,6 +104,7 @@ class _Entry:
     value: Any
     size: int
     inserted_at: float
+    ttl: float = 0.0
 
 
 class BudgetedMap:
@@ -110,11 +112,12 @@ class BudgetedMap:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.ttl_secs = ttl_secs
-        # Ordinary entries twice: by recency for LRU, and by insert time for TTL. The TTL is
-        # the same for all and time never goes back, so insert order is expiry order and
-        # dropping expired entries only ever looks at the front.
+        # Ordinary entries twice: by recency for LRU, and by insert time for TTL, one queue
+        # per distinct TTL. Within a queue the TTL is the same for all and time never goes
+        # back, so insert order is expiry order and dropping expired entries only ever looks
+        # at the queues' fronts.
         self._by_recency: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._by_insertion: OrderedDict[Hashable, None] = OrderedDict()
+        self._by_insertion: dict[float, OrderedDict[Hashable, None]] = {}
         self._pinned: dict[Hashable, _Entry] = {}
         self._bytes = 0
         self._pinned_bytes = 0
@@ -134,22 +137,24 @@ class BudgetedMap:
         *,
         pinned: bool = False,
         size: int | None = None,
+        ttl_secs: float | None = None,
     ) -> bool:
         """Inserts or replaces `key`; returns whether the entry is retained.
 
-        `size` defaults to `approx_json_bytes(value)`. A replaced entry is simply gone, also
-        when its replacement is not retained.
+        `size` defaults to `approx_json_bytes(value)`; `ttl_secs` to the map's TTL. A
+        replaced entry is simply gone, also when its replacement is not retained.
         """
         if size is None:
             size = approx_json_bytes(value)
+        ttl = self.ttl_secs if ttl_secs is None else ttl_secs
         self._discard(key)
         if pinned:
             if self._pinned_bytes + size > self.max_bytes:
                 return False
-            self._pinned[key] = _Entry(value, size, now)
+            self._pinned[key] = _Entry(value, size, now, ttl)
             self._pinned_bytes += size
             return True
-        return self._admit(key, _Entry(value, size, now), now)
+        return self._admit(key, _Entry(value, size, now, ttl), now)
 
     def get(self, key: Hashable, now: float) -> Any | None:
         """Returns the live value for `key` (making it most recent), or None."""
@@ -230,6 +235,12 @@ class BudgetedMap:
         """Drops every expired entry; returns how many."""
         return self._drop_expired(now)
 
+    def next_expiry(self) -> float | None:
+        """When the next ordinary entry expires (None if none can): a sweep then frees it."""
+        fronts = [self._by_recency[next(iter(queue))] for ttl, queue in
+                  self._by_insertion.items() if ttl > 0]
+        return min((e.inserted_at + e.ttl for e in fronts), default=None)
+
     def statistics(self) -> BudgetStatistics:
         return BudgetStatistics(
             entries=len(self),
@@ -248,7 +259,7 @@ class BudgetedMap:
             self._evictions["bytes" if self.max_bytes == 0 else "oversize"] += 1
             return False
         self._by_recency[key] = entry
-        self._by_insertion[key] = None
+        self._by_insertion.setdefault(entry.ttl, OrderedDict())[key] = None
         self._bytes += entry.size
         self._evict_to_fit(now)
         return key in self._by_recency  # with max_entries == 0 it is evicted at once
@@ -270,18 +281,20 @@ class BudgetedMap:
             return None
         return entry
 
-    def _expired(self, entry: _Entry, now: float) -> bool:
-        return self.ttl_secs > 0 and now >= entry.inserted_at + self.ttl_secs
+    @staticmethod
+    def _expired(entry: _Entry, now: float) -> bool:
+        return entry.ttl > 0 and now >= entry.inserted_at + entry.ttl
 
     def _drop_expired(self, now: float) -> int:
         dropped = 0
-        while self._by_insertion:
-            oldest = next(iter(self._by_insertion))
-            if not self._expired(self._by_recency[oldest], now):
-                break
-            self._remove_ordinary(oldest)
-            self._evictions["ttl"] += 1
-            dropped += 1
+        for queue in list(self._by_insertion.values()):
+            while queue:
+                oldest = next(iter(queue))
+                if not self._expired(self._by_recency[oldest], now):
+                    break
+                self._remove_ordinary(oldest)
+                self._evictions["ttl"] += 1
+                dropped += 1
         return dropped
 
     def _evict_least_recently_used(self, cause: str) -> None:
@@ -290,7 +303,10 @@ class BudgetedMap:
 
     def _remove_ordinary(self, key: Hashable) -> None:
         entry = self._by_recency.pop(key)
-        del self._by_insertion[key]
+        queue = self._by_insertion[entry.ttl]
+        del queue[key]
+        if not queue:
+            del self._by_insertion[entry.ttl]
         self._bytes -= entry.size
 
     def _discard(self, key: Hashable) -> None:

@@ -5,11 +5,16 @@ the handle. That keeps retained memory close to the byte budget (a parsed respon
 stream events takes three to four times its JSON size), gives callers fresh objects that
 cannot alias the store's state, and makes every entry's size exact: the length of what is
 kept, which `approx_json_bytes` estimates for callers that need a size before encoding.
+
+Expired entries are freed by a sweep at the moment the next one expires (the actor waits on
+its mailbox with that deadline), so memory comes back even if nobody reads them, and a
+store whose entries never expire never wakes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -19,7 +24,6 @@ from triode.actors.budget import BudgetedMap, BudgetStatistics
 from triode.actors.mailbox import ReplyChannel, answer, ask
 
 MAILBOX_SIZE = 64
-MAX_SWEEP_INTERVAL_SECS = 60.0
 
 
 class StoreDisabled(Exception):
@@ -44,11 +48,6 @@ class GetStatistics:
     reply: ReplyChannel
 
 
-@attrs.frozen
-class Sweep:
-    """Sent by the actor's own timer so expired entries give their memory back unread."""
-
-
 # The response store's mailbox.
 
 
@@ -57,6 +56,7 @@ class PutResponse:
     response_id: str
     stored: StoredResponse
     pinned: bool
+    ephemeral: bool
     reply: ReplyChannel
 
 
@@ -91,7 +91,6 @@ ResponseStoreMessage = (
     | PinResponse
     | UnpinResponse
     | GetStatistics
-    | Sweep
 )
 
 
@@ -118,7 +117,7 @@ class DeleteConversation:
 
 
 ConversationStoreMessage = (
-    GetConversation | AppendConversation | DeleteConversation | GetStatistics | Sweep
+    GetConversation | AppendConversation | DeleteConversation | GetStatistics
 )
 
 
@@ -140,17 +139,21 @@ class _StoreHandle:
 @attrs.frozen
 class ResponseStoreHandle(_StoreHandle):
     async def put(
-        self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False
+        self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False,
+        ephemeral: bool = False,
     ) -> bool:
         """Stores a response object and its stream events; returns whether it is retained.
 
         A pinned put (an active background job) is refused, returning False, when the
-        pinned total would exceed the byte budget; it never evicts stored responses.
+        pinned total would exceed the byte budget; it never evicts stored responses. An
+        ephemeral put (a finished `background` + `store: false` response) lives for the
+        ephemeral TTL instead of the store's.
         """
         self.check_enabled()
         stored = StoredResponse(encode_json(response), encode_json(list(events)))
         return await ask(
-            self._inbox, lambda reply: PutResponse(response_id, stored, pinned, reply)
+            self._inbox,
+            lambda reply: PutResponse(response_id, stored, pinned, ephemeral, reply),
         )
 
     async def get(self, response_id: str) -> Any | None:
@@ -220,62 +223,62 @@ class _BudgetedStore:
         )
         self._clock = clock
 
-    def _open_mailbox(
-        self, nursery: trio.Nursery
-    ) -> tuple[trio.MemorySendChannel, trio.MemoryReceiveChannel]:
-        """Opens the bounded mailbox and, if entries can expire, the timer that sweeps."""
-        send, inbox = trio.open_memory_channel(MAILBOX_SIZE)
-        if self._entries.ttl_secs > 0:
-            interval = min(self._entries.ttl_secs, MAX_SWEEP_INTERVAL_SECS)
-            nursery.start_soon(_request_sweeps, send.clone(), interval)
-        return send, inbox
+    async def _next_message(self, inbox: trio.MemoryReceiveChannel) -> Any | None:
+        """The next mailbox message; or None after sweeping, when the next entry expires
+        first (so expired entries give their memory back even if nobody reads them)."""
+        deadline = self._entries.next_expiry()
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            return await inbox.receive()
+        self._entries.sweep(self._clock())
+        return None
+
+    async def _serve(self, inbox: trio.MemoryReceiveChannel, handle: Callable[[Any], None]
+                     ) -> None:
+        while True:
+            try:
+                msg = await self._next_message(inbox)
+            except trio.EndOfChannel:
+                return
+            if msg is not None:
+                handle(msg)
 
     @property
     def _disabled(self) -> str | None:
         return self.disabled_reason if self._entries.max_entries == 0 else None
 
 
-async def _request_sweeps(inbox: trio.MemorySendChannel, interval: float) -> None:
-    async with inbox:
-        while True:
-            await trio.sleep(interval)
-            try:
-                inbox.send_nowait(Sweep())
-            except trio.WouldBlock:
-                pass  # a busy store skips a sweep; reads never return expired entries anyway
-
-
 class ResponseStore(_BudgetedStore):
     disabled_reason = "response storage is disabled (--responses-store-max-entries is 0)"
+
+    def __init__(self, *, ephemeral_ttl_secs: float = 600, **budgets: Any) -> None:
+        super().__init__(**budgets)
+        self._ephemeral_ttl = ephemeral_ttl_secs
 
     async def run(
         self, *, task_status: trio.TaskStatus[ResponseStoreHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        entries = self._entries
-        async with trio.open_nursery() as nursery:
-            send, inbox = self._open_mailbox(nursery)
-            task_status.started(ResponseStoreHandle(send, self._disabled))
-            async for msg in inbox:
-                now = self._clock()
-                match msg:
-                    case PutResponse(response_id, stored, pinned, reply):
-                        size = len(stored.body) + len(stored.events)
-                        answer(
-                            reply,
-                            lambda: entries.put(response_id, stored, now, pinned=pinned, size=size),
-                        )
-                    case GetResponse(response_id, reply):
-                        answer(reply, lambda: entries.get(response_id, now))
-                    case DeleteResponse(response_id, reply):
-                        answer(reply, lambda: entries.delete(response_id, now))
-                    case PinResponse(response_id, reply):
-                        answer(reply, lambda: entries.pin(response_id, now))
-                    case UnpinResponse(response_id, reply):
-                        answer(reply, lambda: entries.unpin(response_id, now))
-                    case GetStatistics(reply):
-                        answer(reply, entries.statistics)
-                    case Sweep():
-                        entries.sweep(now)
+        send, inbox = trio.open_memory_channel[ResponseStoreMessage](MAILBOX_SIZE)
+        task_status.started(ResponseStoreHandle(send, self._disabled))
+        await self._serve(inbox, self._handle)
+
+    def _handle(self, msg: ResponseStoreMessage) -> None:
+        entries, now = self._entries, self._clock()
+        match msg:
+            case PutResponse(response_id, stored, pinned, ephemeral, reply):
+                size = len(stored.body) + len(stored.events)
+                ttl = self._ephemeral_ttl if ephemeral else None
+                answer(reply, lambda: entries.put(response_id, stored, now, pinned=pinned,
+                                                  size=size, ttl_secs=ttl))
+            case GetResponse(response_id, reply):
+                answer(reply, lambda: entries.get(response_id, now))
+            case DeleteResponse(response_id, reply):
+                answer(reply, lambda: entries.delete(response_id, now))
+            case PinResponse(response_id, reply):
+                answer(reply, lambda: entries.pin(response_id, now))
+            case UnpinResponse(response_id, reply):
+                answer(reply, lambda: entries.unpin(response_id, now))
+            case GetStatistics(reply):
+                answer(reply, entries.statistics)
 
 
 class ConversationStore(_BudgetedStore):
@@ -284,27 +287,22 @@ class ConversationStore(_BudgetedStore):
     async def run(
         self, *, task_status: trio.TaskStatus[ConversationStoreHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        entries = self._entries
-        async with trio.open_nursery() as nursery:
-            send, inbox = self._open_mailbox(nursery)
-            task_status.started(ConversationStoreHandle(send, self._disabled))
-            async for msg in inbox:
-                now = self._clock()
-                match msg:
-                    case GetConversation(conversation_id, reply):
-                        answer(reply, lambda: _snapshot(entries.get(conversation_id, now)))
-                    case AppendConversation(conversation_id, items, reply):
-                        size = sum(len(item) for item in items)
-                        answer(
-                            reply,
-                            lambda: entries.append(conversation_id, items, now, size=size),
-                        )
-                    case DeleteConversation(conversation_id, reply):
-                        answer(reply, lambda: entries.delete(conversation_id, now))
-                    case GetStatistics(reply):
-                        answer(reply, entries.statistics)
-                    case Sweep():
-                        entries.sweep(now)
+        send, inbox = trio.open_memory_channel[ConversationStoreMessage](MAILBOX_SIZE)
+        task_status.started(ConversationStoreHandle(send, self._disabled))
+        await self._serve(inbox, self._handle)
+
+    def _handle(self, msg: ConversationStoreMessage) -> None:
+        entries, now = self._entries, self._clock()
+        match msg:
+            case GetConversation(conversation_id, reply):
+                answer(reply, lambda: _snapshot(entries.get(conversation_id, now)))
+            case AppendConversation(conversation_id, items, reply):
+                size = sum(len(item) for item in items)
+                answer(reply, lambda: entries.append(conversation_id, items, now, size=size))
+            case DeleteConversation(conversation_id, reply):
+                answer(reply, lambda: entries.delete(conversation_id, now))
+            case GetStatistics(reply):
+                answer(reply, entries.statistics)
 
 
 def _snapshot(items: list[bytes] | None) -> tuple[bytes, ...] | None:
