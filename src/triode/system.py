@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -49,7 +50,8 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
         model = await nursery.start(ModelActor(
             model=settings.model, parallel=settings.parallel, max_queue=settings.max_queue,
             context_length=settings.context_length).run)
-        registry = await nursery.start(Registry().run)
+        registry = await nursery.start(Registry(
+            background_max_jobs=settings.responses_background_max_jobs).run)
         responses = await nursery.start(ResponseStore(
             max_entries=settings.responses_store_max_entries,
             max_bytes=settings.responses_store_max_bytes,
@@ -68,20 +70,46 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
             model=model, registry=registry, responses=responses, conversations=conversations, echo=echo,
             model_names=model_names(settings, info.path),
             defaults=Defaults(**info.sampling_defaults), blas=blas, api_key=settings.api_key,
-            hosted_tools=settings.hosted_tools))
+            hosted_tools=settings.hosted_tools, background_off=background_off(settings)))
+
+
+def background_off(settings: Settings) -> str | None:
+    """Why background mode is off (any of its budgets is 0), or None when it is on."""
+    for flag, value in (("responses-store-max-entries", settings.responses_store_max_entries),
+                        ("responses-store-max-bytes", settings.responses_store_max_bytes),
+                        ("responses-background-max-jobs",
+                         settings.responses_background_max_jobs)):
+        if value == 0:
+            return f"--{flag} is 0"
+    return None
 
 
 async def main(settings: Settings) -> None:
+    """Serves until SIGINT or SIGTERM; then hypercorn shuts down gracefully (open streams
+    get `graceful_timeout`) and the actor tree is cancelled: live responses end with the
+    process, the engine thread ends at its next exchange."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
-    async with trio.open_nursery() as nursery:
-        handles = await nursery.start(start_actors, settings)
-        config = Config()
-        config.bind = [f"{settings.host}:{settings.port}"]
-        config.accesslog = None
-        config.graceful_timeout = 2.0
-        binds = await nursery.start(serve, create_app(handles), config)
-        for bind in binds:
-            # Tests and scripts read this line to find a port chosen with --port 0.
-            print(f"triode listening on {bind}", file=sys.stderr, flush=True)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async def stop_requested() -> None:
+            async for signum in signals:
+                log.info("%s received: shutting down", signal.Signals(signum).name)
+                return
+
+        async with trio.open_nursery() as nursery:
+            handles = await nursery.start(start_actors, settings)
+            config = Config()
+            config.bind = [f"{settings.host}:{settings.port}"]
+            config.accesslog = None
+            config.graceful_timeout = 2.0
+
+            async def serve_then_stop(*, task_status) -> None:
+                await serve(create_app(handles), config, shutdown_trigger=stop_requested,
+                            task_status=task_status)
+                nursery.cancel_scope.cancel()
+
+            binds = await nursery.start(serve_then_stop)
+            for bind in binds:
+                # Tests and scripts read this line to find a port chosen with --port 0.
+                print(f"triode listening on {bind}", file=sys.stderr, flush=True)

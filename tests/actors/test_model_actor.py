@@ -127,9 +127,15 @@ async def test_idle_engine_parks_until_work_arrives():
 
 
 class DyingEngine(FakeEngine):
-    """Raises on its third step, as an MLX error in the engine thread would."""
+    """The first instance raises on its fourth exchange, as an MLX error in the engine thread
+    would; the instances a restart creates run normally."""
+
+    instances = 0
 
     def run(self, exchange, started):
+        DyingEngine.instances += 1
+        if DyingEngine.instances > 1:
+            return super().run(exchange, started)
         calls = []
 
         def counting(outputs, idle):
@@ -141,8 +147,10 @@ class DyingEngine(FakeEngine):
         super().run(counting, started)
 
 
-async def test_engine_death_ends_held_requests_and_keeps_the_actor():
-    """If the engine thread dies, held requests end without a finish reason; the actor lives."""
+async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
+    """If the engine thread dies, held requests end without a finish reason, the failure
+    shows in the statistics, and a fresh engine serves the next requests."""
+    DyingEngine.instances = 0
     async with trio.open_nursery() as nursery:
         actor = ModelActor(model="fake", parallel=2, max_queue=1, engine_factory=DyingEngine)
         model = await nursery.start(actor.run)
@@ -151,4 +159,43 @@ async def test_engine_death_ends_held_requests_and_keeps_the_actor():
         assert outs and outs[-1].finish_reason is None
         stats = await model.statistics()
         assert not stats.engine_alive and stats.slots_busy == 0
+        assert stats.engine_error == "RuntimeError: boom" and stats.engine_restarts == 0
+        # Submitted while the engine restarts: it waits for the fresh engine.
+        async with model.generate([1], 3, Sampling()) as adm:
+            outs = [o async for o in adm.outputs]
+        assert [o.finish_reason for o in outs] == [None, None, "length"]
+        stats = await model.statistics()
+        assert stats.engine_alive and stats.engine_restarts == 1
+        assert DyingEngine.instances == 2
+        nursery.cancel_scope.cancel()
+
+
+class AlwaysDyingEngine(FakeEngine):
+    def run(self, exchange, started):
+        started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8), None)
+        raise RuntimeError("broken for good")
+
+
+async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):
+    """After MAX_RESTARTS deaths within the window the actor stops restarting and refuses
+    new requests with a server error naming the failure."""
+    from triode.actors import model as model_module
+    from triode.errors import ServerError
+
+    monkeypatch.setattr(model_module, "RESTART_DELAY", 0.001)
+    async with trio.open_nursery() as nursery:
+        actor = ModelActor(model="fake", parallel=1, max_queue=1,
+                           engine_factory=AlwaysDyingEngine)
+        model = await nursery.start(actor.run)
+        with trio.fail_after(30):
+            while (await model.statistics()).engine_restarts < model_module.MAX_RESTARTS:
+                await trio.sleep(0.01)
+            with pytest.raises(ServerError, match="broken for good"):
+                while True:  # the last death is reported a moment after the last restart
+                    async with model.generate([1], 3, Sampling()) as adm:
+                        [o async for o in adm.outputs]
+                    await trio.sleep(0.01)
+        stats = await model.statistics()
+        assert not stats.engine_alive
+        assert stats.engine_restarts == model_module.MAX_RESTARTS
         nursery.cancel_scope.cancel()

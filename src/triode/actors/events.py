@@ -45,6 +45,7 @@ class ResponseBuilder:
         }
         if background:
             self.obj["background"] = True
+            self.obj["usage"] = usage()   # all 0 until the job ends
         self.events: list[dict[str, Any]] = []
         self._message: dict[str, Any] | None = None     # the open message item, if any
         self._reasoning: dict[str, Any] | None = None   # the open reasoning item, if any

@@ -54,11 +54,24 @@ class EngineStopped:
 
 
 @attrs.frozen
+class EngineStarted:
+    """A fresh engine (after a restart) loaded the model and asks for work."""
+
+
+@attrs.frozen
+class EngineGaveUp:
+    """The engine failed to restart; generation stays unavailable."""
+
+    error: BaseException
+
+
+@attrs.frozen
 class ModelStatisticsRequest:
     reply: Reply
 
 
-ModelMessage = Submit | Release | Step | EngineStopped | ModelStatisticsRequest
+ModelMessage = (Submit | Release | Step | EngineStopped | EngineStarted | EngineGaveUp
+                | ModelStatisticsRequest)
 
-__all__ = ["Command", "EngineStopped", "ModelMessage", "Release", "Step", "Submit",
-           "ModelStatisticsRequest"]
+__all__ = ["Command", "EngineGaveUp", "EngineStarted", "EngineStopped", "ModelMessage",
+           "Release", "Step", "Submit", "ModelStatisticsRequest"]

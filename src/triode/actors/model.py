@@ -3,6 +3,11 @@
 It owns the generation slots (`--parallel`), the wait queue (`--max-queue`) and one output
 channel per admitted request, and it is the only party the engine thread talks to. Requests
 join and leave the engine's running batch between steps (continuous batching).
+
+If the engine thread dies while the process lives, every request it held ends without a
+finish reason (its response fails with `server_error`) and the actor starts a fresh engine;
+requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` failures
+within `RESTART_WINDOW` seconds it gives up and refuses new requests (500).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
 from ..model.loading import ModelInfo
 from .mailbox import answer, ask
-from .messages import EngineStopped, ModelMessage, ModelStatisticsRequest, Release, Step, Submit
+from .messages import (EngineGaveUp, EngineStarted, EngineStopped, ModelMessage,
+                       ModelStatisticsRequest, Release, Step, Submit)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +33,9 @@ log = logging.getLogger(__name__)
 STREAM_BUFFER_STEPS = 4096
 INBOX_SIZE = 1024
 RELEASE_TIMEOUT = 5.0
+MAX_RESTARTS = 5          # engine deaths tolerated within RESTART_WINDOW
+RESTART_WINDOW = 300.0    # seconds
+RESTART_DELAY = 0.5       # seconds before the first restart; doubles with each recent death
 
 
 @attrs.frozen
@@ -36,6 +45,8 @@ class ModelStatistics:
     queue_depth: int
     queue_max: int
     engine_alive: bool
+    engine_restarts: int
+    engine_error: str | None   # the last engine failure, if any
     steps: int
     tokens_generated: int
     requests_admitted: int
@@ -115,7 +126,8 @@ class ModelActor:
                  context_length: int | None = None,
                  engine_factory: Callable[..., Any] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
-        self._engine = engine_factory(model, parallel=parallel, context_length=context_length)
+        self._new_engine = lambda: engine_factory(model, parallel=parallel,
+                                                  context_length=context_length)
         self._parallel = parallel
         self._max_queue = max_queue
         self._stream_buffer = stream_buffer
@@ -125,6 +137,9 @@ class ModelActor:
         self._pending: list[Command] = []
         self._parked: trio.MemorySendChannel | None = None  # an idle engine's Step reply
         self._engine_alive = False
+        self._engine_gone: str | None = None   # set when restarting was given up
+        self._restarts = 0
+        self._engine_error: str | None = None
         self._steps = 0
         self._tokens = 0
         self._admitted = 0
@@ -143,34 +158,61 @@ class ModelActor:
                         self._release(uid)
                     case Step():
                         self._step(msg)
-                    case EngineStopped():
-                        self._engine_stopped()
+                    case EngineStopped(error=error):
+                        self._engine_stopped(error)
+                    case EngineStarted():
+                        self._restarts += self._engine_error is not None
+                        self._engine_alive = True
+                    case EngineGaveUp(error=error):
+                        self._engine_gone = f"{type(error).__name__}: {error}"
+                        self._engine_stopped(error)
                     case ModelStatisticsRequest(reply=reply):
                         answer(reply, self._statistics)
 
     async def _run_engine(self, inbox: trio.MemorySendChannel, *, task_status) -> None:
+        """Runs the engine thread; restarts it when it dies after a successful load."""
+        loaded = False
+
         def started(info: ModelInfo, tokenizer: Any) -> None:
-            self._engine_alive = True
-            trio.from_thread.run_sync(task_status.started, (info, tokenizer))
+            nonlocal loaded
+            if not loaded:  # the first load hands out the handle; a restart only says so
+                loaded = True
+                trio.from_thread.run_sync(task_status.started, (info, tokenizer))
+            trio.from_thread.run(inbox.send, EngineStarted())
 
         def exchange(outputs: list[StepOutput], idle: bool) -> list[Command]:
             return trio.from_thread.run(
                 ask, inbox, lambda r: Step(outputs, idle, r))
 
-        try:
-            await trio.to_thread.run_sync(self._engine.run, exchange, started,
-                                          limiter=trio.CapacityLimiter(1))
-        except Exception as exc:
-            if not self._engine_alive:
-                raise  # failed while loading: the server cannot start
-            log.exception("engine thread died")
-            await inbox.send(EngineStopped(exc))
+        deaths: deque[float] = deque()
+        while True:
+            engine = self._new_engine()
+            try:
+                await trio.to_thread.run_sync(engine.run, exchange, started,
+                                              limiter=trio.CapacityLimiter(1))
+                return
+            except Exception as exc:
+                if not loaded:
+                    raise  # failed while loading the first time: the server cannot start
+                log.exception("engine thread died")
+                await inbox.send(EngineStopped(exc))
+                now = trio.current_time()
+                deaths.append(now)
+                while deaths and deaths[0] < now - RESTART_WINDOW:
+                    deaths.popleft()
+                if len(deaths) > MAX_RESTARTS:
+                    log.error("the engine died %d times in %.0f s; not restarting it",
+                              len(deaths), RESTART_WINDOW)
+                    await inbox.send(EngineGaveUp(exc))
+                    return
+                await trio.sleep(RESTART_DELAY * 2 ** (len(deaths) - 1))
+                log.warning("restarting the engine")
 
     # ---- state changes (only ever called from the actor loop) ----------------------------
 
     def _submit(self, msg: Submit) -> Admission:
-        if not self._engine_alive:
-            raise ServerError("the generation engine is not running")
+        if self._engine_gone is not None:
+            raise ServerError(f"the generation engine is not running ({self._engine_gone})")
         if len(self._active) >= self._parallel and len(self._waiting) >= self._max_queue:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
@@ -234,9 +276,10 @@ class ModelActor:
         commands, self._pending, self._parked = self._pending, [], None
         answer(reply, lambda: commands)
 
-    def _engine_stopped(self) -> None:
+    def _engine_stopped(self, error: BaseException) -> None:
         """Ends every held request's output without a finish reason: their responses fail."""
         self._engine_alive = False
+        self._engine_error = f"{type(error).__name__}: {error}"
         for req in [*self._active.values(), *self._waiting]:
             req.outputs.close()
         self._active.clear()
@@ -248,5 +291,6 @@ class ModelActor:
         return ModelStatistics(
             slots_total=self._parallel, slots_busy=len(self._active),
             queue_depth=len(self._waiting), queue_max=self._max_queue,
-            engine_alive=self._engine_alive, steps=self._steps, tokens_generated=self._tokens,
+            engine_alive=self._engine_alive, engine_restarts=self._restarts,
+            engine_error=self._engine_error, steps=self._steps, tokens_generated=self._tokens,
             requests_admitted=self._admitted, requests_rejected=self._rejected)

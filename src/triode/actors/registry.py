@@ -1,7 +1,9 @@
 """The registry: owns the nursery of per-response supervisors and maps id → supervisor.
 
 Supervisors live here, not in the HTTP handler's nursery, so a response can outlive the
-request that created it; cancelling one goes through the registry.
+request that created it (a `background` job outlives it by design); cancelling one goes
+through the registry. It also owns the count of active background jobs and refuses a new
+one (429) at `--responses-background-max-jobs`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import attrs
 import outcome
 import trio
 
+from ..errors import RateLimited
 from .mailbox import answer, ask, reply_with
 from .supervisor import Supervisor, SupervisorHandle
 
@@ -21,6 +24,7 @@ INBOX_SIZE = 256
 @attrs.frozen
 class Start:
     make: Callable[[], Supervisor]
+    background: bool
     reply: trio.MemorySendChannel
 
 
@@ -48,14 +52,19 @@ RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest
 class RegistryStatistics:
     live: int
     started: int
+    background_jobs: int
+    background_max_jobs: int
 
 
 class RegistryHandle:
     def __init__(self, inbox: trio.MemorySendChannel):
         self._inbox = inbox
 
-    async def start(self, make: Callable[[], Supervisor]) -> SupervisorHandle:
-        return await ask(self._inbox, lambda r: Start(make, r))
+    async def start(self, make: Callable[[], Supervisor], *,
+                    background: bool = False) -> SupervisorHandle:
+        """Starts a supervisor and returns its handle once it is admitted; raises what
+        refused it (RateLimited for a background job over the limit, Overloaded, ...)."""
+        return await ask(self._inbox, lambda r: Start(make, background, r))
 
     async def cancel(self, response_id: str) -> SupervisorHandle | None:
         """Cancels a live response; returns its handle, or None when it is not live."""
@@ -69,8 +78,10 @@ class RegistryHandle:
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, *, background_max_jobs: int = 64) -> None:
         self._live: dict[str, SupervisorHandle] = {}
+        self._jobs: set[str] = set()        # the live background ones
+        self._max_jobs = background_max_jobs
         self._started = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -79,9 +90,15 @@ class Registry:
             task_status.started(RegistryHandle(send))
             async for msg in inbox:
                 match msg:
-                    case Start(make=make, reply=reply):
+                    case Start(make=make, background=background, reply=reply):
+                        if background and len(self._jobs) >= self._max_jobs:
+                            reply_with(reply, outcome.Error(RateLimited(
+                                f"{len(self._jobs)} background responses are already active "
+                                f"(--responses-background-max-jobs is {self._max_jobs}); "
+                                "retry after one finishes")))
+                            continue
                         try:
-                            handle = await nursery.start(self._supervise, make())
+                            handle = await nursery.start(self._supervise, make(), background)
                         except Exception as exc:  # refused before admission (e.g. Overloaded)
                             reply_with(reply, outcome.Error(exc))
                             continue
@@ -91,7 +108,8 @@ class Registry:
                     case Lookup(response_id=rid, reply=reply):
                         answer(reply, lambda: self._live.get(rid))
                     case RegistryStatisticsRequest(reply=reply):
-                        answer(reply, lambda: RegistryStatistics(len(self._live), self._started))
+                        answer(reply, lambda: RegistryStatistics(
+                            len(self._live), self._started, len(self._jobs), self._max_jobs))
 
     def _cancel(self, response_id: str) -> SupervisorHandle | None:
         handle = self._live.get(response_id)
@@ -99,7 +117,7 @@ class Registry:
             handle.cancel()
         return handle
 
-    async def _supervise(self, sup: Supervisor, *, task_status) -> None:
+    async def _supervise(self, sup: Supervisor, background: bool, *, task_status) -> None:
         # Runs inside the registry's nursery: the registry's own task tree owns `_live`.
         registry = self
 
@@ -108,6 +126,8 @@ class Registry:
 
             def started(self, handle: SupervisorHandle) -> None:
                 registry._live[sup.response_id] = handle
+                if background:
+                    registry._jobs.add(sup.response_id)
                 registry._started += 1
                 task_status.started(handle)
 
@@ -115,3 +135,4 @@ class Registry:
             await sup.run(task_status=Registering())
         finally:
             self._live.pop(sup.response_id, None)
+            self._jobs.discard(sup.response_id)

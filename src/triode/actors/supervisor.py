@@ -32,6 +32,7 @@ class Supervisor:
                  background: bool = False,
                  on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
         self.response_id = response_id
+        self.background = background
         self._prompt = prompt
         self._max_tokens = max_tokens
         self._sampling = sampling
@@ -156,8 +157,32 @@ class SupervisorHandle:
         return self._sup._done.is_set()
 
     @property
+    def status(self) -> str:
+        return self._sup.status.value
+
+    @property
+    def background(self) -> bool:
+        return self._sup.background
+
+    @property
     def snapshot(self) -> dict[str, Any]:
         return self._sup.builder.obj
+
+    def created(self) -> dict[str, Any]:
+        """The object as it was created (queued): what a background create returns."""
+        return self._sup.builder.events[0]["response"]
+
+    def polled(self) -> dict[str, Any]:
+        """What a poll of an unfinished response shows. A background job shows its status
+        only: output [] and usage all 0 until it ends (the seed: no partial output)."""
+        obj = self._sup.builder.obj
+        if not self.background or self.done:
+            return obj
+        # Until its final object is stored (done), a job that just ended still reads as
+        # in_progress: a poll that sees a terminal status must find it stored.
+        status = obj["status"] if obj["status"] == Status.QUEUED.value else \
+            Status.IN_PROGRESS.value
+        return {**obj, "status": status, "output": [], "usage": usage()}
 
     def cancel(self) -> None:
         self._sup.cancel()

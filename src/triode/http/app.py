@@ -43,6 +43,7 @@ class Handles:
     blas: str
     api_key: str | None = None
     hosted_tools: str = "error"
+    background_off: str | None = None   # why background mode is off, if it is
     started_at: int = attrs.Factory(lambda: int(time.time()))
 
 

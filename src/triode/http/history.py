@@ -15,9 +15,14 @@ from ..errors import InvalidRequest
 MAX_CHAIN = 10_000
 
 
-def record(response: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the response store keeps for one response."""
-    return {"response": response, "input": items}
+def record(response: dict[str, Any], items: list[dict[str, Any]], *,
+           ephemeral: bool = False) -> dict[str, Any]:
+    """What the response store keeps for one response. An ephemeral one (a background job
+    with store: false) can be polled but not continued."""
+    rec = {"response": response, "input": items}
+    if ephemeral:
+        rec["ephemeral"] = True
+    return rec
 
 
 def turn_items(record_: dict[str, Any]) -> list[dict[str, Any]]:
@@ -36,12 +41,25 @@ async def chain(responses: Any, previous_response_id: str) -> list[dict[str, Any
                 raise InvalidRequest(f"Previous response with id '{rid}' not found.",
                                      param="previous_response_id")
             break  # an older ancestor expired: the chain starts where the store still has it
+        check_continuable(rid, rec)
         turns.append(turn_items(rec))
         if len(turns) > MAX_CHAIN:
             raise InvalidRequest("the previous_response_id chain is too long",
                                  param="previous_response_id")
         rid = rec["response"].get("previous_response_id")
     return [item for turn in reversed(turns) for item in turn]
+
+
+def check_continuable(response_id: str, rec: dict[str, Any]) -> None:
+    status = rec["response"]["status"]
+    if status in ("queued", "in_progress"):
+        raise InvalidRequest(
+            f"previous response '{response_id}' has not finished (status: {status})",
+            param="previous_response_id")
+    if rec.get("ephemeral"):
+        raise InvalidRequest(
+            f"response '{response_id}' was created with store: false; it can be polled but "
+            "not used as previous_response_id", param="previous_response_id")
 
 
 def conversation_id(value: str | dict[str, Any]) -> str:

@@ -16,7 +16,8 @@ from ..actors.events import new_id
 from ..actors.output import OutputAssembler
 from ..actors.store import StoreDisabled
 from ..actors.supervisor import Supervisor, SupervisorHandle
-from ..errors import ContextLengthExceeded, InvalidRequest, NotFound
+from ..actors.events import ResponseBuilder
+from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited
 from ..model.parsers import make_parser
 from . import history, sse, translate
 from .convert import structure
@@ -63,9 +64,12 @@ async def create_response():
     req = structure(await json_body(), CreateResponse)
     translate.check_model(req.model, h.model_names)
     translate.validate(req)
+    if req.background and h.background_off is not None:
+        raise InvalidRequest(f"background mode is off: {h.background_off}", param="background")
     past: list[dict[str, Any]] = []
     conversation = None
     if req.previous_response_id is not None:
+        await check_finished(h, req.previous_response_id)
         past = await history.chain(h.responses, req.previous_response_id)
     elif req.conversation is not None:
         conversation = history.conversation_id(req.conversation)
@@ -85,12 +89,16 @@ async def create_response():
     thinking = starts_in_reasoning(info, rendered.text)
     grammar = translate.grammar_for(req, plan, in_reasoning=thinking)
     response_id = new_id("resp")
-    handle = await h.registry.start(lambda: Supervisor(
+    background = bool(req.background)
+    make = lambda: Supervisor(  # noqa: E731
         response_id=response_id, prompt=prompt, max_tokens=max_tokens,
         sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=grammar,
-        stop=plan.stop, top_logprobs=plan.top_logprobs,
+        stop=plan.stop, top_logprobs=plan.top_logprobs, background=background,
         assemble=assembler_for(plan, info, thinking),
-        on_terminal=lambda obj, events: keep_turn(h, plan, obj, events)))
+        on_terminal=lambda obj, events: keep_turn(h, plan, obj, events))
+    if background:
+        return json_response(await start_job(h, response_id, plan, make))
+    handle = await h.registry.start(make)
     if plan.stream:
         return await stream_response(handle)
     try:
@@ -98,6 +106,32 @@ async def create_response():
     finally:
         await cancel_unless_done(h.registry, handle)
     return json_response(obj)
+
+
+async def check_finished(h, response_id: str) -> None:
+    """A response still running cannot be continued yet."""
+    live = await h.registry.lookup(response_id)
+    if live is not None and not live.done:
+        raise InvalidRequest(
+            f"previous response '{response_id}' has not finished (status: {live.status})",
+            param="previous_response_id")
+
+
+async def start_job(h, response_id: str, plan: translate.Plan, make) -> dict[str, Any]:
+    """Accepts a background job: its approximate bytes are pinned in the response store
+    (429 when the active jobs would pass the byte budget), the registry counts it (429 at
+    max-jobs) and the model actor queues it (503 when full). Returns the queued object."""
+    queued = ResponseBuilder(response_id, plan.echo, background=True).obj
+    if not await h.responses.put(response_id, history.record(queued, plan.items), pinned=True):
+        raise RateLimited("the active background responses would exceed "
+                          "--responses-store-max-bytes; retry after one finishes")
+    try:
+        handle = await h.registry.start(make, background=True)
+    except BaseException:
+        with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
+            await h.responses.delete(response_id)
+        raise
+    return handle.created()
 
 
 def starts_in_reasoning(info, prompt_text: str) -> bool:
@@ -133,20 +167,43 @@ async def restore_reasoning(h, messages: list[dict[str, Any]]) -> None:
 
 
 async def keep_turn(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]) -> None:
-    """At a response's end: store it (store: true), extend its conversation, if any, and
-    remember the reasoning of the turn it returned."""
-    finished = obj["status"] in ("completed", "incomplete")
-    if finished:
-        turn = [*plan.messages, *chat_messages(None, obj["output"])]
-        await h.echo.remember((key, m["reasoning_content"])
-                              for m, key in zip(turn, turn_keys(turn))
-                              if key is not None and m.get("reasoning_content"))
-    if plan.conversation is not None and finished:
-        with contextlib.suppress(StoreDisabled):
-            await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])
-    if plan.store:
+    """At a response's end: store it (store: true, or any background job, whose final
+    object replaces its pinned entry); then, if it finished, extend its conversation, if
+    any, and remember the reasoning of the turn it returned."""
+    if obj.get("background"):
+        obj = await keep_job(h, plan, obj, events)
+    elif plan.store:
         with contextlib.suppress(StoreDisabled):
             await h.responses.put(obj["id"], history.record(obj, plan.items), events)
+    if obj["status"] not in ("completed", "incomplete"):
+        return  # a failed or cancelled turn adds nothing
+    turn = [*plan.messages, *chat_messages(None, obj["output"])]
+    await h.echo.remember((key, m["reasoning_content"])
+                          for m, key in zip(turn, turn_keys(turn))
+                          if key is not None and m.get("reasoning_content"))
+    if plan.conversation is not None:
+        with contextlib.suppress(StoreDisabled):
+            await h.conversations.append(plan.conversation, [*plan.items, *obj["output"]])
+
+
+async def keep_job(h, plan: translate.Plan, obj: dict[str, Any], events: list[dict]
+                   ) -> dict[str, Any]:
+    """A finished job's final object becomes a stored response (store: false: readable for
+    the ephemeral TTL only), replacing its pinned entry. One too big for the byte budget is
+    replaced by a `failed` response with empty output, so polling still gets an answer.
+    Returns the object as kept."""
+    ephemeral = not plan.store
+    record = history.record(obj, plan.items, ephemeral=ephemeral)
+    if await h.responses.put(obj["id"], record, events, ephemeral=ephemeral):
+        return obj
+    failed = {**obj, "status": "failed", "output": [], "incomplete_details": None,
+              "error": {"code": "server_error",
+                        "message": "the response is larger than --responses-store-max-bytes "
+                                   "and could not be kept"}}
+    closing = {"type": "response.failed", "sequence_number": 1, "response": failed}
+    await h.responses.put(obj["id"], history.record(failed, plan.items, ephemeral=ephemeral),
+                          [events[0], closing], ephemeral=ephemeral)
+    return failed
 
 
 async def stored(response_id: str) -> dict[str, Any]:
@@ -162,10 +219,10 @@ async def get_response(response_id: str):
     live = await h.registry.lookup(response_id)
     stream = request.args.get("stream", "false").lower() == "true"
     starting_after = query_int("starting_after", -1, lo=-1)
-    if live is not None and live.snapshot.get("store") and not live.done:
+    if live is not None and (live.background or live.snapshot.get("store")) and not live.done:
         if stream:
             return await stream_response(live, starting_after, cancel_on_disconnect=False)
-        return json_response(live.snapshot)
+        return json_response(live.polled())
     rec = await stored(response_id)
     if stream:
         events = await h.responses.get_events(response_id) or []
@@ -175,7 +232,14 @@ async def get_response(response_id: str):
 
 @route("/responses/<response_id>", methods=["DELETE"])
 async def delete_response(response_id: str):
-    if not await handles().responses.delete(response_id):
+    h = handles()
+    h.responses.check_enabled()
+    live = await h.registry.lookup(response_id)
+    if live is not None and live.background and not live.done:
+        raise InvalidRequest(f"background response '{response_id}' has not finished "
+                             f"(status: {live.status}); cancel it before deleting it",
+                             param="response_id")
+    if not await h.responses.delete(response_id):
         raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
     return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -290,15 +354,30 @@ async def health():
         "model": h.model_names[0],
         "blas": h.blas,
         "engine_alive": model.engine_alive,
+        "engine_restarts": model.engine_restarts,
+        "engine_error": model.engine_error,
         "slots": {"total": model.slots_total, "busy": model.slots_busy,
                   "free": model.slots_total - model.slots_busy},
         "queue": {"depth": model.queue_depth, "max": model.queue_max},
         "generation": {"steps": model.steps, "tokens": model.tokens_generated,
                        "admitted": model.requests_admitted,
                        "rejected": model.requests_rejected},
-        "responses": {"live": registry.live, "started": registry.started},
+        "responses": {"live": registry.live, "started": registry.started,
+                      "background_jobs": registry.background_jobs,
+                      "background_max_jobs": registry.background_max_jobs},
+        "tasks": count_tasks(),
         "stores": stores,
     })
+
+
+def count_tasks() -> int:
+    """How many trio tasks the process runs now (the soak test checks none are left behind)."""
+    count, todo = 0, [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        count += 1
+        todo += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return count
 
 
 @route("/metrics", methods=["GET"])
@@ -311,6 +390,8 @@ async def metrics():
         ("triode_slots_busy", "gauge", "generation slots in use", model.slots_busy),
         ("triode_queue_depth", "gauge", "requests waiting for a slot", model.queue_depth),
         ("triode_engine_alive", "gauge", "1 while the engine thread runs", int(model.engine_alive)),
+        ("triode_engine_restarts_total", "counter", "fresh engines started after a failure",
+         model.engine_restarts),
         ("triode_engine_steps_total", "counter", "engine steps with output", model.steps),
         ("triode_generated_tokens_total", "counter", "tokens generated", model.tokens_generated),
         ("triode_requests_admitted_total", "counter", "requests given a slot",
@@ -318,6 +399,8 @@ async def metrics():
         ("triode_requests_rejected_total", "counter", "requests refused with 503",
          model.requests_rejected),
         ("triode_responses_live", "gauge", "responses with a live supervisor", registry.live),
+        ("triode_background_jobs", "gauge", "active background responses",
+         registry.background_jobs),
     ]
     for name, store in (("responses", h.responses), ("conversations", h.conversations)):
         st = await store.statistics()

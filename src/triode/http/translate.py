@@ -124,8 +124,6 @@ def validate(req: wire.CreateResponse) -> None:
     for param in ("context_management", "prompt"):
         if getattr(req, param) is not None:
             raise _later(param, param)
-    if req.background:
-        raise _later("background", "background mode")
     for i, value in enumerate(req.include or []):
         if value not in SUPPORTED_INCLUDES:
             raise _later(f"include[{i}]", f"include value '{value}'")

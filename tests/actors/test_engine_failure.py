@@ -1,0 +1,91 @@
+"""Engine death mid-job with the real engine thread and the bundled model: the jobs it held
+end `failed` with `server_error`, and the model actor's fresh engine serves the next one.
+
+This runs the actor tree in-process (model actor, registry, supervisors) because the fault
+has to be injected into the engine thread; nothing else is faked."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from triode.actors.events import new_id
+from triode.actors.model import ModelActor
+from triode.actors.output import OutputAssembler
+from triode.actors.registry import Registry
+from triode.actors.supervisor import Supervisor
+from triode.model.engine import Engine, Sampling
+from triode.model.loading import BUNDLED_PATH
+from triode.model.parsers import make_parser
+
+
+class FlakyEngine(Engine):
+    """The real engine; its first instance dies on its 8th exchange, as an MLX error in the
+    engine thread would."""
+
+    instances = 0
+
+    def run(self, exchange, started):
+        FlakyEngine.instances += 1
+        if FlakyEngine.instances > 1:
+            return super().run(exchange, started)
+        calls = 0
+
+        def dying(outputs, idle):
+            nonlocal calls
+            calls += 0 if idle else 1
+            if calls >= 8:
+                raise RuntimeError("injected engine failure")
+            return exchange(outputs, idle)
+
+        return super().run(dying, started)
+
+
+async def start_job(registry, model, text: str, max_tokens: int = 200) -> Supervisor:
+    rendered = await model.render([{"role": "user", "content": f"Reply with: {text}"}])
+    info = model.info
+
+    def assemble(builder):
+        parser = make_parser(info.tool_format, reasoning=info.reasoning, starts_in_reasoning=False)
+        return OutputAssembler(builder, parser, resolve=lambda name: None)
+
+    kept: list[dict] = []
+
+    async def on_terminal(obj, events):
+        kept.append(obj)
+
+    handle = await registry.start(lambda: Supervisor(
+        response_id=new_id("resp"), prompt=rendered.tokens, max_tokens=max_tokens,
+        sampling=Sampling(temperature=0.0), echo={}, model=model, assemble=assemble,
+        background=True, on_terminal=on_terminal), background=True)
+    return handle
+
+
+@pytest.mark.trio
+async def test_engine_death_fails_its_jobs_and_a_fresh_engine_serves_new_ones():
+    FlakyEngine.instances = 0
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(ModelActor(
+            model=str(BUNDLED_PATH), parallel=2, max_queue=4, engine_factory=FlakyEngine).run)
+        registry = await nursery.start(Registry(background_max_jobs=8).run)
+        long_job = await start_job(registry, model,
+                                   "alpha beta gamma delta epsilon zeta eta theta iota kappa")
+        other = await start_job(registry, model, "lambda mu nu xi omicron pi rho sigma tau")
+        with trio.fail_after(60):
+            failed = [await long_job.wait(), await other.wait()]
+        for obj in failed:
+            assert obj["status"] == "failed", obj
+            assert obj["error"]["code"] == "server_error"
+            assert obj["background"] is True
+        stats = await model.statistics()
+        assert stats.engine_error == "RuntimeError: injected engine failure"
+        assert stats.slots_busy == 0 and stats.queue_depth == 0
+        with trio.fail_after(60):
+            fresh = await (await start_job(registry, model, "hello")).wait()
+        assert fresh["status"] == "completed"
+        assert fresh["output"][0]["content"][0]["text"] == "hello"
+        stats = await model.statistics()
+        assert stats.engine_alive and stats.engine_restarts == 1
+        assert FlakyEngine.instances == 2
+        assert (await registry.statistics()).background_jobs == 0
+        nursery.cancel_scope.cancel()
