@@ -231,8 +231,8 @@ def test_metadata_at_the_limit_is_accepted(client):
 
 
 @pytest.mark.parametrize("field,value,param", [
-    ("context_management", [{"type": "compaction", "compact_threshold": 100}],
-     "context_management"),
+    ("prompt", {"id": "pmpt_1"}, "prompt"),
+    ("input", [{"type": "item_reference", "id": "msg_1"}], "input[0]"),
     ("include", ["file_search_call.results"], "include[0]"),
 ])
 def test_features_not_built_yet_are_refused_by_name(server, field, value, param):

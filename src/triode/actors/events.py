@@ -188,6 +188,16 @@ class ResponseBuilder:
         self._emit("response.output_item.done", output_index=output_index,
                    item=copy.deepcopy(item))
 
+    def compaction(self, item: dict[str, Any], before: int, after: int) -> None:
+        """The history was compacted before generation: the seed's two extension events,
+        then the compaction item, complete, at the next output index (0)."""
+        rid = self.obj["id"]
+        self._emit("mlx.compaction.started", response_id=rid, input_tokens=before)
+        self._emit("mlx.compaction.completed", response_id=rid, input_tokens_before=before,
+                   input_tokens_after=after)
+        index = self._add(item)
+        self._emit("response.output_item.done", output_index=index, item=copy.deepcopy(item))
+
     def _add(self, item: dict[str, Any]) -> int:
         self.obj["output"].append(item)
         index = len(self.obj["output"]) - 1

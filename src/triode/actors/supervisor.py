@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+import attrs
 import trio
 
-from ..errors import APIError
+from ..errors import APIError, InvalidRequest
 from ..model.engine import Sampling
 from .events import ResponseBuilder, usage
 from .lifecycle import Event, Status, is_terminal, next_status
@@ -24,13 +25,38 @@ log = logging.getLogger(__name__)
 TERMINAL_HOOK_TIMEOUT = 5.0
 
 
+@attrs.frozen
+class Compacted:
+    """A compaction done before generation: its item and the input sizes around it."""
+
+    item: dict[str, Any]
+    before: int
+    after: int
+
+
+@attrs.frozen
+class Prepared:
+    """What a deferred `prepare` supplies to the supervisor."""
+
+    prompt: list[int]
+    max_tokens: int
+    grammar: Any
+    assemble: Callable[[ResponseBuilder], OutputAssembler]
+    compaction: Compacted | None
+
+
 class Supervisor:
     def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
                  sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
                  assemble: Callable[[ResponseBuilder], OutputAssembler],
                  grammar: Any = None, stop: list[str] = (), top_logprobs: int | None = None,
-                 background: bool = False,
+                 background: bool = False, compaction: Compacted | None = None,
+                 prepare: Callable[[], Awaitable[Prepared]] | None = None,
                  on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
+        """`prepare`, when given, runs inside the job while it is queued (a background job
+        that compacts its history first) and supplies the prompt, limits and output
+        assembly then; a refusal there fails the job (`invalid_prompt`) instead of the
+        create call."""
         self.response_id = response_id
         self.background = background
         self._prompt = prompt
@@ -42,6 +68,8 @@ class Supervisor:
         self.builder.created()
         self._output = assemble(self.builder)
         self._grammar = grammar
+        self._compaction = compaction
+        self._prepare = prepare
         self._stops = StopMatcher(list(stop))
         self._top_logprobs = top_logprobs
         self.status = Status.QUEUED
@@ -96,15 +124,34 @@ class Supervisor:
             self._done.set()
             self._notify()
 
+    def _report_started(self) -> None:
+        self._admitted = True
+        self._task_status.started(SupervisorHandle(self))
+
+    async def _prepared(self) -> None:
+        self._report_started()
+        try:
+            ready = await self._prepare()
+        except InvalidRequest as exc:  # rendering or compaction refused the request
+            raise APIError(exc.message, code="invalid_prompt") from None
+        self._prompt, self._max_tokens = ready.prompt, ready.max_tokens
+        self._grammar, self._compaction = ready.grammar, ready.compaction
+        self._output = ready.assemble(self.builder)
+
     async def _generate(self) -> None:
+        if self._prepare is not None:
+            await self._prepared()
         async with self._model.generate(self._prompt, self._max_tokens, self._sampling,
                                         self._grammar, self._top_logprobs) as adm:
-            self._admitted = True
-            self._task_status.started(SupervisorHandle(self))
+            if not self._admitted:
+                self._report_started()
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)
                     self.builder.in_progress()
+                    if self._compaction is not None:
+                        c = self._compaction
+                        self.builder.compaction(c.item, c.before, c.after)
                 self._output_tokens += 1
                 text, stopped = self._stops.feed(out.text)
                 self._output.feed(text, out.logprobs)

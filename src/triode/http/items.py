@@ -19,7 +19,7 @@ from typing import Any
 from ..actors.events import new_id
 from ..actors.output import decrypt_reasoning
 from ..errors import InvalidRequest, NotSupportedYet
-from . import wire
+from . import compaction, wire
 
 CUSTOM_INPUT = "input"
 
@@ -88,10 +88,34 @@ def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
             if item.encrypted_content is not None:
                 out["encrypted_content"] = item.encrypted_content
             return out
+        case wire.CompactionItem():
+            return _compaction(item, param)
         case wire.LaterItem():
             raise NotSupportedYet(f"input items of type '{item.type}' are not supported yet "
                                   "by this server", param=param)
     raise InvalidRequest("unsupported input item", param=param)
+
+
+def _compaction(item: wire.CompactionItem, param: str) -> dict[str, Any]:
+    """A compaction item with its kept items checked and made canonical like any input (a
+    client may write the blob itself: it is documented as plain base64url JSON)."""
+    from .convert import structure
+
+    where = f"{param}.encrypted_content"
+    summary, raw = compaction.decode(item.encrypted_content, where)
+    kept = []
+    for j, value in enumerate(raw):
+        try:
+            parsed = structure({"input": [value]}, wire.ItemList).input[0]
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"compaction item {j} is invalid: {exc.message}",
+                                 param=where) from None
+        if isinstance(parsed, (wire.CompactionItem, wire.LaterItem)):
+            raise InvalidRequest(f"compaction item {j}: a compaction cannot keep a "
+                                 f"'{parsed.type}' item", param=where)
+        kept.append(canonical(parsed, where))
+    return {"type": "compaction", "id": item.id or new_id("cmp"),
+            "encrypted_content": compaction.encode(summary, kept)}
 
 
 def input_items(req: wire.CreateResponse) -> list[dict[str, Any]]:

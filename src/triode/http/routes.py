@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 import attrs
@@ -15,14 +16,15 @@ from quart import Blueprint, Response, current_app, make_response, request
 from ..actors.events import new_id
 from ..actors.output import OutputAssembler
 from ..actors.store import StoreDisabled
-from ..actors.supervisor import Supervisor, SupervisorHandle
+from ..actors.model import Rendered
+from ..actors.supervisor import Compacted, Prepared, Supervisor, SupervisorHandle
 from ..actors.events import ResponseBuilder
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited
 from ..model.parsers import make_parser
-from . import history, sse, translate
+from . import compaction, compactor, history, sse, translate
 from .convert import structure
 from .items import chat_messages, turn_keys
-from .wire import CreateResponse
+from .wire import CompactRequest, CreateResponse
 
 log = logging.getLogger(__name__)
 
@@ -62,40 +64,34 @@ def json_response(obj: Any, status: int = 200) -> Response:
 async def create_response():
     h = handles()
     req = structure(await json_body(), CreateResponse)
-    translate.check_model(req.model, h.model_names)
-    translate.validate(req)
     if req.background and h.background_off is not None:
+        translate.check_model(req.model, h.model_names)
         raise InvalidRequest(f"background mode is off: {h.background_off}", param="background")
-    past: list[dict[str, Any]] = []
-    conversation = None
-    if req.previous_response_id is not None:
-        await check_finished(h, req.previous_response_id)
-        past = await history.chain(h.responses, req.previous_response_id)
-    elif req.conversation is not None:
-        conversation = history.conversation_id(req.conversation)
-        past = await h.conversations.get(conversation) or []
-    info = h.model.info
-    plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools)
-    await restore_reasoning(h, plan.messages)
-    rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
-    prompt = rendered.tokens
-    context = info.context_length
-    room = context - len(prompt)
-    if room < 1:
-        raise ContextLengthExceeded(
-            f"the input is {len(prompt)} tokens; this model's context window is {context}",
-            param="input")
-    max_tokens = min(plan.max_output_tokens or room, room)
-    thinking = starts_in_reasoning(info, rendered.text)
-    grammar = translate.grammar_for(req, plan, in_reasoning=thinking)
+    plan, rendered = await prepare(h, req)
     response_id = new_id("resp")
     background = bool(req.background)
-    make = lambda: Supervisor(  # noqa: E731
-        response_id=response_id, prompt=prompt, max_tokens=max_tokens,
-        sampling=plan.sampling, echo=plan.echo, model=h.model, grammar=grammar,
-        stop=plan.stop, top_logprobs=plan.top_logprobs, background=background,
-        assemble=assembler_for(plan, info, thinking),
-        on_terminal=lambda obj, events: keep_turn(h, plan, obj, events))
+    turn = {"plan": plan}   # what keep_turn records; compaction replaces the plan's messages
+    common = dict(response_id=response_id, sampling=plan.sampling, echo=plan.echo,
+                  model=h.model, stop=plan.stop, top_logprobs=plan.top_logprobs,
+                  background=background,
+                  on_terminal=lambda obj, events: keep_turn(h, turn["plan"], obj, events))
+    if needs_compaction(h, plan, rendered) and background:
+        # The job compacts while queued: a refusal then fails the job, not this create.
+        async def prepare_job() -> Prepared:
+            turn["plan"], ready = await compacted(h, req, plan, rendered)
+            return ready
+
+        make = lambda: Supervisor(  # noqa: E731
+            prompt=[], max_tokens=0, assemble=assembler_for(plan, h.model.info, False),
+            prepare=prepare_job, **common)
+    else:
+        if needs_compaction(h, plan, rendered):
+            turn["plan"], ready = await compacted(h, req, plan, rendered)
+        else:
+            ready = finalize(h, req, plan, rendered)
+        make = lambda: Supervisor(  # noqa: E731
+            prompt=ready.prompt, max_tokens=ready.max_tokens, grammar=ready.grammar,
+            assemble=ready.assemble, compaction=ready.compaction, **common)
     if background:
         return json_response(await start_job(h, response_id, plan, make))
     handle = await h.registry.start(make)
@@ -106,6 +102,118 @@ async def create_response():
     finally:
         await cancel_unless_done(h.registry, handle)
     return json_response(obj)
+
+
+async def prepare(h, req: CreateResponse) -> tuple[translate.Plan, Rendered]:
+    """Validates a create (or input_tokens) request and renders its input as generation
+    would see it: history (chain or conversation, compaction items replayed), instructions,
+    tools, restored reasoning."""
+    translate.check_model(req.model, h.model_names)
+    translate.validate(req)
+    past: list[dict[str, Any]] = []
+    conversation = None
+    if req.previous_response_id is not None:
+        await check_finished(h, req.previous_response_id)
+        past = await history.chain(h.responses, req.previous_response_id)
+    elif req.conversation is not None:
+        conversation = history.conversation_id(req.conversation)
+        past = await h.conversations.get(conversation) or []
+    plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools)
+    await restore_reasoning(h, plan.messages)
+    rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
+    return plan, rendered
+
+
+def needs_compaction(h, plan: translate.Plan, rendered: Rendered) -> bool:
+    """context_management asks for compaction once the input reaches its threshold or
+    leaves no room for output."""
+    n = len(rendered.tokens)
+    return plan.compact_threshold is not None and (
+        n >= plan.compact_threshold or n >= h.model.info.context_length)
+
+
+async def compacted(h, req: CreateResponse, plan: translate.Plan, rendered: Rendered
+                    ) -> tuple[translate.Plan, Prepared]:
+    """Compacts the plan's history before generation; the output will open with the
+    compaction item."""
+    context = h.model.info.context_length
+    result = await compactor.compact(
+        h.model, instructions=req.instructions, items=plan.history,
+        template_tools=plan.template_tools, template_kwargs=plan.template_kwargs,
+        keep_tokens=compaction.default_keep_tokens(context),
+        max_output_tokens=compaction.SUMMARY_MAX_TOKENS, before=len(rendered.tokens))
+    plan = attrs.evolve(plan, messages=result.messages)
+    done = Compacted(result.item, result.before, result.after)
+    return plan, finalize(h, req, plan, result.rendered, done)
+
+
+def finalize(h, req: CreateResponse, plan: translate.Plan, rendered: Rendered,
+             compaction_done: Compacted | None = None) -> Prepared:
+    """The rendered prompt's generation limits, grammar and output assembly."""
+    info = h.model.info
+    prompt = rendered.tokens
+    context = info.context_length
+    room = context - len(prompt)
+    if room < 1:
+        raise ContextLengthExceeded(
+            f"the input is {len(prompt)} tokens; this model's context window is {context}",
+            param="input")
+    thinking = translate.starts_in_reasoning(info, rendered.text)
+    return Prepared(prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
+                    grammar=translate.grammar_for(req, plan, in_reasoning=thinking),
+                    assemble=assembler_for(plan, info, thinking), compaction=compaction_done)
+
+
+@route("/responses/input_tokens", methods=["POST"])
+async def count_input_tokens():
+    """The input's tokens exactly as `POST /v1/responses` would render them."""
+    h = handles()
+    body = await json_body()
+    if isinstance(body, dict) and "model" not in body:
+        body = {**body, "model": h.model_names[0]}
+    _, rendered = await prepare(h, structure(body, CreateResponse))
+    return json_response({"object": "response.input_tokens",
+                          "input_tokens": len(rendered.tokens)})
+
+
+@route("/responses/compact", methods=["POST"])
+async def compact_history():
+    """Summarizes a full history (in `input`) into kept items plus one compaction item;
+    stores nothing."""
+    h = handles()
+    req = structure(await json_body(), CompactRequest)
+    translate.check_model(req.model, h.model_names)
+    for param in ("stream", "previous_response_id", "conversation"):
+        if getattr(req, param) not in (None, False):
+            raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; send "
+                                 "the full history in 'input'", param=param)
+    context = h.model.info.context_length
+    keep_tokens = compaction.default_keep_tokens(context) if req.keep_tokens is None \
+        else req.keep_tokens
+    if keep_tokens < 1:
+        raise InvalidRequest("keep_tokens must be greater than 0", param="keep_tokens")
+    max_tokens = compaction.SUMMARY_MAX_TOKENS if req.max_output_tokens is None \
+        else req.max_output_tokens
+    if not 1 <= max_tokens <= compaction.SUMMARY_MAX_TOKENS_LIMIT:
+        raise InvalidRequest("max_output_tokens must be from 1 to "
+                             f"{compaction.SUMMARY_MAX_TOKENS_LIMIT}", param="max_output_tokens")
+    as_create = CreateResponse(
+        model=req.model, input=req.input, instructions=req.instructions, tools=req.tools,
+        tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
+        metadata=req.metadata, chat_template_kwargs=req.chat_template_kwargs)
+    plan, rendered = await prepare(h, as_create)
+    if len(rendered.tokens) > context:
+        raise ContextLengthExceeded(
+            f"the history is {len(rendered.tokens)} tokens, longer than one context window "
+            f"({context}); compact it in parts", param="input")
+    result = await compactor.compact(
+        h.model, instructions=req.instructions, items=plan.history,
+        template_tools=plan.template_tools, template_kwargs=plan.template_kwargs,
+        keep_tokens=keep_tokens, max_output_tokens=max_tokens, before=len(rendered.tokens))
+    return json_response({
+        "id": new_id("resp"), "object": "response.compaction",
+        "created_at": int(time.time()), "model": req.model,
+        "output": [*result.system, *result.kept, result.item], "usage": result.usage})
 
 
 async def check_finished(h, response_id: str) -> None:
@@ -132,12 +240,6 @@ async def start_job(h, response_id: str, plan: translate.Plan, make) -> dict[str
             await h.responses.delete(response_id)
         raise
     return handle.created()
-
-
-def starts_in_reasoning(info, prompt_text: str) -> bool:
-    """The rendered prompt ends inside an open `<think>` block (a template with thinking on),
-    so generation starts with reasoning."""
-    return info.reasoning and prompt_text.rstrip().endswith("<think>")
 
 
 def assembler_for(plan: translate.Plan, info, thinking: bool):

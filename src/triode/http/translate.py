@@ -13,6 +13,7 @@ import attrs
 from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
 from ..model.engine import Sampling
 from . import wire
+from . import compaction
 from .items import chat_messages, input_items
 from .tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 
@@ -51,6 +52,8 @@ class Plan:
     stop: list[str]
     template_kwargs: dict[str, Any]
     top_logprobs: int | None          # None unless the request includes output_text.logprobs
+    history: list[dict[str, Any]] = attrs.Factory(list)  # every item rendered, replayed
+    compact_threshold: int | None = None   # context_management's compaction threshold
 
 
 def _later(param: str, what: str) -> NotSupportedYet:
@@ -121,12 +124,40 @@ def validate(req: wire.CreateResponse) -> None:
     if req.previous_response_id is not None and req.conversation is not None:
         raise InvalidRequest("previous_response_id and conversation cannot be used together",
                              param="previous_response_id")
-    for param in ("context_management", "prompt"):
-        if getattr(req, param) is not None:
-            raise _later(param, param)
+    if req.prompt is not None:
+        raise _later("prompt", "prompt")
+    compact_threshold(req)
     for i, value in enumerate(req.include or []):
         if value not in SUPPORTED_INCLUDES:
             raise _later(f"include[{i}]", f"include value '{value}'")
+
+
+def starts_in_reasoning(info: Any, prompt_text: str) -> bool:
+    """The rendered prompt ends inside an open `<think>` block (a template with thinking on),
+    so generation starts with reasoning."""
+    return info.reasoning and prompt_text.rstrip().endswith("<think>")
+
+
+def compact_threshold(req: wire.CreateResponse) -> int | None:
+    """`context_management: [{"type": "compaction", "compact_threshold": N}]` → N."""
+    threshold = None
+    for i, entry in enumerate(req.context_management or []):
+        param = f"context_management[{i}]"
+        if entry.get("type") != "compaction":
+            raise InvalidRequest("context_management entries must have type 'compaction'",
+                                 param=f"{param}.type")
+        unknown = set(entry) - {"type", "compact_threshold"}
+        if unknown:
+            raise InvalidRequest(f"unknown field '{sorted(unknown)[0]}' in context_management",
+                                 param=f"{param}.{sorted(unknown)[0]}")
+        value = entry.get("compact_threshold")
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not 1 <= value <= compaction.THRESHOLD_MAX:
+            raise InvalidRequest(
+                f"compact_threshold must be an integer from 1 to {compaction.THRESHOLD_MAX}",
+                param=f"{param}.compact_threshold")
+        threshold = value
+    return threshold
 
 
 def grammar_for(req: wire.CreateResponse, plan: "Plan", *, in_reasoning: bool) -> Any:
@@ -165,7 +196,8 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
     grammar = _grammar(req, visible, choice, parallel)
     items = input_items(req)
-    messages = chat_messages(req.instructions, [*history, *items])
+    replayed = compaction.replay([*history, *items])
+    messages = chat_messages(req.instructions, replayed)
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
     sampling = Sampling(
@@ -208,4 +240,5 @@ def plan(req: wire.CreateResponse, defaults: Defaults,
                 encrypted_reasoning="reasoning.encrypted_content" in (req.include or []),
                 stop=stop_sequences(req), template_kwargs=req.chat_template_kwargs or {},
                 top_logprobs=(req.top_logprobs or 0)
-                if "message.output_text.logprobs" in (req.include or []) else None)
+                if "message.output_text.logprobs" in (req.include or []) else None,
+                history=replayed, compact_threshold=compact_threshold(req))

@@ -120,9 +120,17 @@ class ReasoningItem:
     type: Literal["reasoning"] = "reasoning"
 
 
+@attrs.frozen(kw_only=True)
+class CompactionItem:
+    encrypted_content: str
+    id: str | None = None
+    created_by: str | None = None
+    type: Literal["compaction"] = "compaction"
+
+
 # Item types whose feature a later part of triode brings: accepted by the schema, answered
 # with a 400 "not supported yet" by the request validator rather than an "unknown type".
-LATER_ITEM_TYPES = ("compaction", "item_reference")
+LATER_ITEM_TYPES = ("item_reference",)
 
 
 @attrs.frozen(kw_only=True)
@@ -135,10 +143,11 @@ ITEM_TYPES = {
     "message": Message, "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
     "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
+    "compaction": CompactionItem,
 }
 
 InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
-                  CustomToolCallOutput, ReasoningItem, LaterItem]
+                  CustomToolCallOutput, ReasoningItem, CompactionItem, LaterItem]
 
 
 # ---- the request ----------------------------------------------------------------------------
@@ -201,4 +210,33 @@ class CreateResponse:
     seed: int | None = None
     stop: Union[str, list[str], None] = None
     repetition_penalty: float | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ItemList:
+    """Input items alone (what a compaction item keeps), structured like `input`."""
+
+    input: list[InputItem]
+
+
+@attrs.frozen(kw_only=True)
+class CompactRequest:
+    """`POST /v1/responses/compact`: the full history in `input`; `previous_response_id`,
+    `conversation` and `stream` are parsed only to be refused by name."""
+
+    model: str
+    input: Union[str, list[InputItem]] = attrs.Factory(list)
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool | None = None
+    keep_tokens: int | None = None
+    max_output_tokens: int | None = None
+    previous_response_id: str | None = None
+    conversation: Union[str, dict[str, Any], None] = None
+    stream: bool | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None

@@ -1,0 +1,115 @@
+"""Compaction with the model: choose what to keep, summarize the rest, check the result.
+
+Used by `POST /v1/responses/compact` and by `context_management` (in the create handler, or
+inside a background job while it is queued). Every refusal is a 400
+`context_length_exceeded` raised before anything is stored or changed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import trio
+
+from ..actors.events import usage as usage_of
+from ..actors.model import ModelHandle, Rendered
+from ..errors import ContextLengthExceeded
+from ..model.engine import Sampling
+from ..model.parsers import make_parser
+from ..model.parsers.base import TextDelta
+from . import compaction
+from .items import chat_messages, reasoning_text
+from .translate import starts_in_reasoning
+
+ITEM_OVERHEAD = 4   # role and separator tokens a chat template adds around one message
+
+
+@attrs.frozen
+class Compaction:
+    item: dict[str, Any]                 # the compaction item
+    system: list[dict[str, Any]]         # kept system/developer messages
+    kept: list[dict[str, Any]]           # kept items
+    messages: list[dict[str, Any]]       # the compacted history as chat messages
+    rendered: Rendered                   # ... rendered with the request's tools
+    before: int                          # input tokens before
+    after: int                           # input tokens after
+    usage: dict[str, Any]                # of the summary generation
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    if item["type"] == "reasoning":
+        return reasoning_text(item)
+    return json.dumps(chat_messages(None, [item]), ensure_ascii=False)
+
+
+async def item_sizes(model: ModelHandle, items: list[dict[str, Any]]) -> list[int]:
+    """Approximate tokens per item (its chat-message text plus a template's overhead)."""
+    tokenizer = model.tokenizer
+
+    def work() -> list[int]:
+        return [len(tokenizer.encode(_item_text(item), add_special_tokens=False))
+                + ITEM_OVERHEAD for item in items]
+
+    return await trio.to_thread.run_sync(work)
+
+
+async def summarize(model: ModelHandle, instructions: str | None,
+                    history: list[dict[str, Any]], max_tokens: int,
+                    template_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """One greedy, non-streaming generation through the model actor; returns the summary
+    text (reasoning and markup stripped by the model's parser) and its usage."""
+    info = model.info
+    messages = [*chat_messages(instructions, history),
+                {"role": "user", "content": compaction.SUMMARY_REQUEST}]
+    rendered = await model.render(messages, None, template_kwargs)
+    room = info.context_length - len(rendered.tokens)
+    if room < 1:
+        raise ContextLengthExceeded(
+            f"the history to summarize is {len(rendered.tokens)} tokens, longer than the "
+            f"context window ({info.context_length})", param="input")
+    parser = make_parser(info.tool_format, reasoning=info.reasoning,
+                         starts_in_reasoning=starts_in_reasoning(info, rendered.text))
+    events: list[Any] = []
+    generated = 0
+    async with model.generate(rendered.tokens, min(max_tokens, room),
+                              Sampling(temperature=0.0)) as adm:
+        async for out in adm.outputs:
+            generated += 1
+            events += parser.feed(out.text)
+            if out.finish_reason is not None:
+                break
+    events += parser.finish()
+    summary = "".join(e.text for e in events if isinstance(e, TextDelta)).strip()
+    return summary, usage_of(input_tokens=len(rendered.tokens), output_tokens=generated)
+
+
+async def compact(model: ModelHandle, *, instructions: str | None,
+                  items: list[dict[str, Any]], template_tools: list[dict[str, Any]],
+                  template_kwargs: dict[str, Any], keep_tokens: int, max_output_tokens: int,
+                  before: int) -> Compaction:
+    """Compacts `items` (a replayed history whose rendering is `before` tokens)."""
+    context = model.info.context_length
+    sizes = dict(zip(map(id, items), await item_sizes(model, items)))
+    system, dropped, kept = compaction.select(items, keep_tokens, lambda i: sizes[id(i)])
+    if not dropped:
+        raise ContextLengthExceeded(
+            "compaction cannot shorten this context: every turn is kept (the last user "
+            "message and the turns after it)", param="input")
+    summary, usage = await summarize(model, instructions, [*system, *dropped],
+                                     max_output_tokens, template_kwargs)
+    compacted = [*system, compaction.summary_message(summary), *kept]
+    messages = chat_messages(instructions, compacted)
+    rendered = await model.render(messages, template_tools, template_kwargs)
+    after = len(rendered.tokens)
+    if after >= context:
+        raise ContextLengthExceeded(
+            f"the compacted input ({after} tokens) does not fit the context window "
+            f"({context}) with room for output", param="input")
+    if after >= before:
+        raise ContextLengthExceeded(
+            f"the summary does not shorten the context ({before} tokens before, {after} "
+            "after)", param="input")
+    return Compaction(compaction.compaction_item(summary, kept), system, kept, messages,
+                      rendered, before, after, usage)
