@@ -117,6 +117,7 @@ def test_compact_keeps_the_last_user_message_and_whole_tool_groups(small):
         {"type": "function_call_output", "call_id": "c2", "output": "sun, 21 C"},
     ]
     seen = set()
+    stores = small.health()["stores"]
     for keep in (1, 10, 30, 60, 90, 200):
         r = small.http.post("/v1/responses/compact", json={
             "model": MODEL, "input": items, "tools": [WEATHER], "keep_tokens": keep,
@@ -138,6 +139,9 @@ def test_compact_keeps_the_last_user_message_and_whole_tool_groups(small):
         assert calls == outputs
         seen.add(len(kept))
     assert len(seen) >= 2, "keep_tokens changes how much is kept"
+    after = small.health()["stores"]
+    assert [after[s]["entries"] for s in stores] == [stores[s]["entries"] for s in stores], \
+        "compact stores nothing"
     # The compacted output, sent back with a new message, is a valid, shorter input.
     r = small.http.post("/v1/responses/compact", json={"model": MODEL, "input": items,
                                                        "tools": [WEATHER], "keep_tokens": 60})
