@@ -8,6 +8,7 @@ join and leave the engine's running batch between steps (continuous batching).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
@@ -99,6 +100,10 @@ class ModelHandle:
         return await ask(self._inbox, ModelStatisticsRequest)
 
 
+class _EngineStopping(Exception):
+    """Raised in the engine thread by its exchange once the actor is shutting down."""
+
+
 @attrs.define
 class _Request:
     uid: int
@@ -123,7 +128,11 @@ class ModelActor:
         self._active: dict[int, _Request] = {}
         self._waiting: deque[_Request] = deque()
         self._pending: list[Command] = []
-        self._parked: trio.MemorySendChannel | None = None  # an idle engine's Step reply
+        # The hand-off to the engine thread: commands it has not taken yet, under `_handoff`
+        # (a lock + condition the engine waits on only while it has nothing to run).
+        self._handoff = threading.Condition(threading.Lock())
+        self._handed: list[Command] = []
+        self._stopping = False
         self._engine_alive = False
         self._steps = 0
         self._tokens = 0
@@ -149,24 +158,56 @@ class ModelActor:
                         answer(reply, self._statistics)
 
     async def _run_engine(self, inbox: trio.MemorySendChannel, *, task_status) -> None:
+        token = trio.lowlevel.current_trio_token()
+        handoff = self._handoff
+
         def started(info: ModelInfo, tokenizer: Any) -> None:
             self._engine_alive = True
             trio.from_thread.run_sync(task_status.started, (info, tokenizer))
 
         def exchange(outputs: list[StepOutput], idle: bool) -> list[Command]:
-            return trio.from_thread.run(
-                ask, inbox, lambda r: Step(outputs, idle, r))
+            # Never waits for trio while sequences run: the outputs are posted (processed in
+            # the trio thread, in order, while MLX computes the next step) and the commands
+            # that arrived meanwhile are taken as they are. A command caused by these outputs
+            # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
+            if outputs:
+                token.run_sync_soon(self._step, Step(outputs, idle, None))
+            with handoff:
+                while idle and not self._handed and not self._stopping:
+                    handoff.wait()  # nothing to run: park until work (or the end) arrives
+                if self._stopping:
+                    raise _EngineStopping
+                commands, self._handed = self._handed, []
+            return commands
 
-        try:
-            await trio.to_thread.run_sync(self._engine.run, exchange, started,
-                                          limiter=trio.CapacityLimiter(1))
-        except Exception as exc:
+        async def stop_on_cancel() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:  # cancelled (shutdown) or the engine ended: its next exchange raises
+                with handoff:
+                    self._stopping = True
+                    handoff.notify()
+
+        died: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_cancel)
+            try:
+                await trio.to_thread.run_sync(self._engine.run, exchange, started,
+                                              limiter=trio.CapacityLimiter(1))
+            except _EngineStopping:
+                pass  # the enclosing scope was cancelled; its Cancelled follows
+            except Exception as exc:
+                died = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        if died is not None:
             if not self._engine_alive:
-                raise  # failed while loading: the server cannot start
-            log.exception("engine thread died")
-            await inbox.send(EngineStopped(exc))
+                raise died  # failed while loading: the server cannot start
+            log.error("engine thread died", exc_info=died)
+            await inbox.send(EngineStopped(died))
 
-    # ---- state changes (only ever called from the actor loop) ----------------------------
+    # ---- state changes (only ever called from the trio thread: the actor loop, or `_step`
+    # posted by the engine thread; none of them awaits) -----------------------------------
 
     def _submit(self, msg: Submit) -> Admission:
         if not self._engine_alive:
@@ -189,8 +230,7 @@ class ModelActor:
         self._admitted += 1
         self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling,
                                     req.grammar, req.top_logprobs))
-        if self._parked is not None:
-            self._flush(self._parked)
+        self._flush()
 
     def _free_slot(self, uid: int) -> None:
         req = self._active.pop(uid)
@@ -207,8 +247,12 @@ class ModelActor:
         if uid in self._active:
             self._pending.append(Remove(uid))
             self._free_slot(uid)
+            self._flush()
 
     def _step(self, msg: Step) -> None:
+        """One engine step's outputs (run in the trio thread, posted by the engine's exchange)."""
+        if not self._engine_alive:
+            return  # the engine died after posting these; its requests have been ended
         self._steps += bool(msg.outputs)
         for out in msg.outputs:
             req = self._active.get(out.uid)
@@ -225,14 +269,16 @@ class ModelActor:
                 continue
             if out.finish_reason is not None:
                 self._free_slot(out.uid)
-        if self._pending or not msg.idle:
-            self._flush(msg.reply)
-        else:
-            self._parked = msg.reply
+        self._flush()
 
-    def _flush(self, reply: trio.MemorySendChannel) -> None:
-        commands, self._pending, self._parked = self._pending, [], None
-        answer(reply, lambda: commands)
+    def _flush(self) -> None:
+        """Hands the pending commands to the engine thread (waking it if it is parked)."""
+        if not self._pending:
+            return
+        with self._handoff:
+            self._handed += self._pending
+            self._handoff.notify()
+        self._pending = []
 
     def _engine_stopped(self) -> None:
         """Ends every held request's output without a finish reason: their responses fail."""
@@ -242,7 +288,8 @@ class ModelActor:
         self._active.clear()
         self._waiting.clear()
         self._pending.clear()
-        self._parked = None
+        with self._handoff:
+            self._handed.clear()
 
     def _statistics(self) -> ModelStatistics:
         return ModelStatistics(
