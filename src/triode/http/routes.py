@@ -246,8 +246,9 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
 
     async def frames():
         try:
-            async for event in handle.follow(starting_after):
-                yield sse.frame(event)
+            # One body chunk (one write) per wake-up, however many events it brought.
+            async for batch in handle.follow_batches(starting_after):
+                yield sse.frames(batch)
         finally:
             if cancel_on_disconnect:
                 await cancel_unless_done(registry, handle)
@@ -257,8 +258,8 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
 
 async def replay_response(events: list[dict[str, Any]]) -> Response:
     async def frames():
-        for event in events:
-            yield sse.frame(event)
+        for start in range(0, len(events), 64):  # a few writes, not one per event
+            yield sse.frames(events[start:start + 64])
 
     return await sse_response(frames())
 
