@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 STREAM_BUFFER_STEPS = 4096
 INBOX_SIZE = 1024
 RELEASE_TIMEOUT = 5.0
+# How long an Insert may be held back to be prefilled together with requests still being
+# rendered (see ModelActor._flush); a hold normally ends sooner, at those requests' Submit.
+ADMISSION_HOLD_MAX = 0.02
 
 
 @attrs.frozen
@@ -51,6 +54,20 @@ class Rendered:
     text: str
 
 
+@attrs.define
+class Arrivals:
+    """Requests between arrival and Submit, as far as the model knows: chat templates being
+    rendered (or waiting for a render thread), and rendered ones whose Submit has not come
+    yet. Written by `ModelHandle.render` and the actor, both in the trio thread."""
+
+    rendering: int = 0
+    rendered: int = 0
+
+    @property
+    def expected(self) -> bool:
+        return bool(self.rendering or self.rendered)
+
+
 @attrs.frozen
 class Admission:
     """The reply to Submit: where the request's step outputs arrive."""
@@ -63,11 +80,13 @@ class ModelHandle:
     """What callers hold. The tokenizer is read-only after load, so rendering runs in worker
     threads without a round trip through the actor."""
 
-    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any):
+    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any,
+                 arrivals: Arrivals | None = None):
         self._inbox = inbox
         self.info = info
         self.tokenizer = tokenizer
         self._render_limiter = trio.CapacityLimiter(2)
+        self._arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
                      template_kwargs: dict | None = None) -> "Rendered":
@@ -81,7 +100,14 @@ class ModelHandle:
                                      param="input", code="invalid_prompt") from None
             return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
-        return await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+        arrivals = self._arrivals
+        arrivals.rendering += 1
+        try:
+            rendered = await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+        finally:
+            arrivals.rendering -= 1
+        arrivals.rendered += 1  # its Submit follows (unless the request fails first)
+        return rendered
 
     @asynccontextmanager
     async def generate(self, prompt: list[int], max_tokens: int, sampling: Sampling,
@@ -133,6 +159,9 @@ class ModelActor:
         self._handoff = threading.Condition(threading.Lock())
         self._handed: list[Command] = []
         self._stopping = False
+        self._arrivals = Arrivals()
+        self._nursery: trio.Nursery | None = None
+        self._hold: trio.CancelScope | None = None  # the deadline of held Inserts, if any
         self._engine_alive = False
         self._steps = 0
         self._tokens = 0
@@ -142,8 +171,9 @@ class ModelActor:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
-            task_status.started(ModelHandle(send, info, tokenizer))
+            task_status.started(ModelHandle(send, info, tokenizer, self._arrivals))
             async for msg in inbox:
                 match msg:
                     case Submit():
@@ -210,6 +240,8 @@ class ModelActor:
     # posted by the engine thread; none of them awaits) -----------------------------------
 
     def _submit(self, msg: Submit) -> Admission:
+        if self._arrivals.rendered:
+            self._arrivals.rendered -= 1
         if not self._engine_alive:
             raise ServerError("the generation engine is not running")
         if len(self._active) >= self._parallel and len(self._waiting) >= self._max_queue:
@@ -245,7 +277,11 @@ class ModelActor:
                 req.outputs.close()
                 return
         if uid in self._active:
-            self._pending.append(Remove(uid))
+            unsent = [c for c in self._pending if isinstance(c, Insert) and c.uid == uid]
+            if unsent:  # still held here: the engine never sees it
+                self._pending.remove(unsent[0])
+            else:
+                self._pending.append(Remove(uid))
             self._free_slot(uid)
             self._flush()
 
@@ -271,14 +307,41 @@ class ModelActor:
                 self._free_slot(out.uid)
         self._flush()
 
-    def _flush(self) -> None:
-        """Hands the pending commands to the engine thread (waking it if it is parked)."""
+    def _flush(self, *, force: bool = False) -> None:
+        """Hands the pending commands to the engine thread (waking it if it is parked).
+
+        Inserts are held back while other requests' chat templates are being rendered: those
+        requests Submit within milliseconds, and sequences inserted together are prefilled as
+        one batch, where one at a time each would wait for the previous one's prefill. The
+        hold ends at the Submit that finds no render in flight, or after ADMISSION_HOLD_MAX;
+        a request that arrives alone is never held."""
         if not self._pending:
             return
-        with self._handoff:
-            self._handed += self._pending
-            self._handoff.notify()
-        self._pending = []
+        commands = self._pending
+        if not force and self._arrivals.expected and self._nursery is not None:
+            commands = [c for c in self._pending if not isinstance(c, Insert)]
+            if len(commands) < len(self._pending) and self._hold is None:
+                self._hold = trio.CancelScope(deadline=trio.current_time() + ADMISSION_HOLD_MAX)
+                self._nursery.start_soon(self._end_hold, self._hold)
+        if self._hold is not None and len(commands) == len(self._pending):
+            self._hold.cancel()  # nothing held any more
+            self._hold = None
+        if commands is self._pending:
+            self._pending = []
+        else:
+            self._pending = [c for c in self._pending if isinstance(c, Insert)]
+        if commands:
+            with self._handoff:
+                self._handed += commands
+                self._handoff.notify()
+
+    async def _end_hold(self, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if self._hold is scope:  # the deadline passed with Inserts still held
+            self._hold = None
+            self._arrivals.rendered = 0  # a rendered request that failed never Submits
+            self._flush(force=True)
 
     def _engine_stopped(self) -> None:
         """Ends every held request's output without a finish reason: their responses fail."""
