@@ -312,7 +312,9 @@ def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator
 
 
 async def sse_events(client, path: str, body: dict):
-    """Yields each SSE `data:` payload as JSON, stopping at `[DONE]`."""
+    """Yields each SSE `data:` payload as JSON (`[DONE]` skipped), reading the stream to its
+    end as the official clients do: a response left unread cannot go back to the connection
+    pool, so the next request would pay for a new connection."""
     async with client.stream("POST", path, json=body) as response:
         if response.status_code != 200:
             await response.aread()
@@ -321,9 +323,8 @@ async def sse_events(client, path: str, body: dict):
             if not line.startswith("data:"):
                 continue
             data = line[len("data:"):].strip()
-            if data == "[DONE]":
-                return
-            yield json.loads(data)
+            if data != "[DONE]":
+                yield json.loads(data)
 
 
 async def one_triode_request(client, prompt: str, max_tokens: int) -> tuple[int, float]:
@@ -331,15 +332,19 @@ async def one_triode_request(client, prompt: str, max_tokens: int) -> tuple[int,
             "temperature": 0}
     start = time.perf_counter()
     ttft = None
+    tokens = None
     async for event in sse_events(client, "/v1/responses", body):
         kind = event.get("type")
         if kind == "response.output_text.delta" and ttft is None:
             ttft = time.perf_counter() - start
         elif kind in ("response.completed", "response.incomplete"):
-            return event["response"]["usage"]["output_tokens"], ttft or time.perf_counter() - start
+            tokens = event["response"]["usage"]["output_tokens"]
+            ttft = ttft or time.perf_counter() - start
         elif kind in ("response.failed", "error"):
             raise RuntimeError(f"triode: {event}")
-    raise RuntimeError("triode: stream ended without response.completed/incomplete")
+    if tokens is None:
+        raise RuntimeError("triode: stream ended without response.completed/incomplete")
+    return tokens, ttft
 
 
 async def one_chat_request(client, prompt: str, max_tokens: int,
