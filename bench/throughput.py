@@ -14,6 +14,7 @@ are stopped in `finally`.
 
     .venv/bin/python bench/throughput.py --model all                 # the full benchmark
     .venv/bin/python bench/throughput.py --smoke --model /tmp/tinytest  # a quick check
+    .venv/bin/python bench/throughput.py --paths a,b,c --repeat 3      # less noise: median of 3
 
 The Markdown tables go to stdout (for docs/benchmarks.md); progress goes to stderr.
 """
@@ -89,6 +90,17 @@ def make_prompts(count: int) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # Results
+
+
+def median_run(runs: list["Result"]) -> "Result | None":
+    """The run with the median rate (the upper one of two): interference from other work on
+    the machine only ever slows a run down, and interleaved repeats give every path the same
+    chances of meeting it."""
+    if not runs:
+        return None
+    if len({r.tokens for r in runs}) > 1:
+        log(f"  warning: repeats generated different token counts: {[r.tokens for r in runs]}")
+    return sorted(runs, key=lambda r: r.tokens_per_second)[len(runs) // 2]
 
 
 @dataclass
@@ -300,7 +312,9 @@ def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator
 
 
 async def sse_events(client, path: str, body: dict):
-    """Yields each SSE `data:` payload as JSON, stopping at `[DONE]`."""
+    """Yields each SSE `data:` payload as JSON (`[DONE]` skipped), reading the stream to its
+    end as the official clients do: a response left unread cannot go back to the connection
+    pool, so the next request would pay for a new connection."""
     async with client.stream("POST", path, json=body) as response:
         if response.status_code != 200:
             await response.aread()
@@ -309,9 +323,8 @@ async def sse_events(client, path: str, body: dict):
             if not line.startswith("data:"):
                 continue
             data = line[len("data:"):].strip()
-            if data == "[DONE]":
-                return
-            yield json.loads(data)
+            if data != "[DONE]":
+                yield json.loads(data)
 
 
 async def one_triode_request(client, prompt: str, max_tokens: int) -> tuple[int, float]:
@@ -319,15 +332,19 @@ async def one_triode_request(client, prompt: str, max_tokens: int) -> tuple[int,
             "temperature": 0}
     start = time.perf_counter()
     ttft = None
+    tokens = None
     async for event in sse_events(client, "/v1/responses", body):
         kind = event.get("type")
         if kind == "response.output_text.delta" and ttft is None:
             ttft = time.perf_counter() - start
         elif kind in ("response.completed", "response.incomplete"):
-            return event["response"]["usage"]["output_tokens"], ttft or time.perf_counter() - start
+            tokens = event["response"]["usage"]["output_tokens"]
+            ttft = ttft or time.perf_counter() - start
         elif kind in ("response.failed", "error"):
             raise RuntimeError(f"triode: {event}")
-    raise RuntimeError("triode: stream ended without response.completed/incomplete")
+    if tokens is None:
+        raise RuntimeError("triode: stream ended without response.completed/incomplete")
+    return tokens, ttft
 
 
 async def one_chat_request(client, prompt: str, max_tokens: int,
@@ -515,6 +532,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="max output tokens per request (default: 64; smoke: 8)")
     parser.add_argument("--paths", type=lambda s: s.split(","), default=list(PATHS),
                         help=f"which of {','.join(PATHS)} to run (default: all)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure every path this many times per level, the paths "
+                             "interleaved, and report each path's median run (default: 1)")
     parser.add_argument("--smoke", action="store_true", help="a tiny configuration, to check")
     parser.add_argument("--blas", choices=("auto", "none"), default="auto",
                         help="BLAS for the in-process path (a); the a-builtin path uses none")
@@ -562,12 +582,17 @@ def main(argv: list[str] | None = None) -> int:
                    f"{os.cpu_count()} cores, mlx {mx.__version__}, mlx-lm {mlx_lm.__version__}, "
                    f"BLAS for (a)/(b)/(c): {blas} (cblas_sgemm from {sgemm_provider()}). "
                    f"{args.requests} requests per level, {args.max_tokens} max output tokens, "
-                   "greedy, prompts `Reply with: <3-6 words>`.", ""]
+                   "greedy, prompts `Reply with: <3-6 words>`"
+                   + (f"; each path measured {args.repeat} times per level, interleaved, "
+                      "median run shown" if args.repeat > 1 else "") + ".", ""]
         for label, model_dir in models:
             results: dict[tuple[int, str], Result | None] = {}
             for level in args.concurrency:
-                for path in paths:
-                    log(f"{label} C={level} {PATH_NAMES[path]} ...")
+                runs: dict[str, list[Result]] = {p: [] for p in paths}
+                for repeat, path in [(r, p) for r in range(args.repeat) for p in paths]:
+                    log(f"{label} C={level} {PATH_NAMES[path]}"
+                        + (f" (run {repeat + 1}/{args.repeat})" if args.repeat > 1 else "")
+                        + " ...")
                     server_log = scratch / f"{path}-{level}.log"
                     try:
                         if path == "a":
@@ -587,11 +612,13 @@ def main(argv: list[str] | None = None) -> int:
                         # One broken path should not throw away the others' numbers.
                         log(traceback.format_exc())
                         result = None
-                    results[(level, path)] = result
                     if result:
+                        runs[path].append(result)
                         log(f"  {result.tokens} tokens in {result.seconds:.2f}s = "
                             f"{result.tokens_per_second:.1f} tok/s, "
                             f"p50 TTFT {result.p50_ttft_ms:.0f} ms")
+                for path in paths:
+                    results[(level, path)] = median_run(runs[path])
             params = parameter_count(model_dir) / 1e6
             title = label if label in ("bundled", "random") else f"`{model_dir}`"
             output += [f"### {title} ({params:.1f}M parameters)", "",

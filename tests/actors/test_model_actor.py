@@ -6,6 +6,7 @@ import time
 
 import pytest
 import trio
+import trio.testing
 
 from triode.actors.model import ModelActor
 from triode.errors import Overloaded
@@ -16,16 +17,26 @@ from triode.model.loading import ModelInfo
 class FakeEngine:
     """Emits one token per active sequence per step, finishing at max_tokens."""
 
+    tokenizer = None
+    last = None   # the most recent instance, for tests that inspect what the engine got
+
     def __init__(self, model, *, parallel, context_length):
         self.parallel = parallel
         self.inserted: list[int] = []
+        self.batches: list[list[int]] = []   # the Inserts each exchange brought, together
+        FakeEngine.last = self
 
     def run(self, exchange, started):
-        started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8), None)
+        started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8),
+                self.tokenizer)
         active: dict[int, list[int]] = {}
         outputs: list[StepOutput] = []
         while True:
-            for cmd in exchange(outputs, not active):
+            commands = exchange(outputs, not active)
+            inserts = [cmd.uid for cmd in commands if isinstance(cmd, Insert)]
+            if inserts:
+                self.batches.append(inserts)
+            for cmd in commands:
                 if isinstance(cmd, Insert):
                     self.inserted.append(cmd.uid)
                     active[cmd.uid] = [0, cmd.max_tokens]
@@ -198,4 +209,62 @@ async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):
         stats = await model.statistics()
         assert not stats.engine_alive
         assert stats.engine_restarts == model_module.MAX_RESTARTS
+        nursery.cancel_scope.cancel()
+
+
+class GatedTokenizer:
+    """A chat template that renders only when the test opens its gate."""
+
+    def __init__(self):
+        import threading
+
+        self.gate = threading.Event()
+
+    def apply_chat_template(self, messages, **kwargs):
+        self.gate.wait(30)
+        return "x"
+
+    def encode(self, text, add_special_tokens=False):
+        return [1]
+
+
+class GatedEngine(FakeEngine):
+    tokenizer = GatedTokenizer()
+
+
+async def test_inserts_wait_for_a_request_still_being_rendered(monkeypatch):
+    """A request submitted while another one's chat template is rendering is held back, and
+    both reach the engine in the same exchange (prefilled as one batch); a request that
+    arrives alone goes straight in."""
+    from triode.actors import model as model_module
+
+    monkeypatch.setattr(model_module, "ADMISSION_HOLD_MAX", 30.0)  # no deadline in this test
+    GatedEngine.tokenizer = GatedTokenizer()
+    async with trio.open_nursery() as nursery:
+        actor = ModelActor(model="fake", parallel=4, max_queue=4, engine_factory=GatedEngine)
+        model = await nursery.start(actor.run)
+        engine = FakeEngine.last
+        async with model.generate([1], 2, Sampling()) as alone:
+            assert len([o async for o in alone.outputs]) == 2
+        assert engine.batches == [[alone.uid]]
+
+        second: list = []
+
+        async def render_then_generate():
+            rendered = await model.render([{"role": "user", "content": "hi"}])
+            async with model.generate(rendered.tokens, 2, Sampling()) as adm:
+                second.append(adm.uid)
+                assert len([o async for o in adm.outputs]) == 2
+
+        nursery.start_soon(render_then_generate)
+        await trio.testing.wait_all_tasks_blocked()   # the render is in flight, gated
+        async with model.generate([1], 2, Sampling()) as first:
+            await trio.sleep(0.05)
+            assert engine.batches == [[alone.uid]], "held while the other request renders"
+            GatedEngine.tokenizer.gate.set()
+            assert len([o async for o in first.outputs]) == 2
+        with trio.fail_after(10):
+            while not second:
+                await trio.sleep(0.01)
+        assert engine.batches[1] == [first.uid, second[0]]
         nursery.cancel_scope.cancel()

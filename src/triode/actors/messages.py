@@ -39,30 +39,11 @@ class Release:
 
 @attrs.frozen
 class Step:
-    """From the engine thread: one step's outputs; replies with the pending commands."""
+    """From the engine thread: one step's outputs, posted to the trio thread (not a mailbox
+    message: the engine never waits for the actor while sequences run)."""
 
     outputs: list[StepOutput]
     idle: bool
-    reply: Reply
-
-
-@attrs.frozen
-class EngineStopped:
-    """The engine thread ended with an error; every request it held is lost."""
-
-    error: BaseException
-
-
-@attrs.frozen
-class EngineStarted:
-    """A fresh engine (after a restart) loaded the model and asks for work."""
-
-
-@attrs.frozen
-class EngineGaveUp:
-    """The engine failed to restart; generation stays unavailable."""
-
-    error: BaseException
 
 
 @attrs.frozen
@@ -70,8 +51,6 @@ class ModelStatisticsRequest:
     reply: Reply
 
 
-ModelMessage = (Submit | Release | Step | EngineStopped | EngineStarted | EngineGaveUp
-                | ModelStatisticsRequest)
+ModelMessage = Submit | Release | ModelStatisticsRequest
 
-__all__ = ["Command", "EngineGaveUp", "EngineStarted", "EngineStopped", "ModelMessage",
-           "Release", "Step", "Submit", "ModelStatisticsRequest"]
+__all__ = ["Command", "ModelMessage", "Release", "Step", "Submit", "ModelStatisticsRequest"]

@@ -6,13 +6,14 @@ join and leave the engine's running batch between steps (continuous batching).
 
 If the engine thread dies while the process lives, every request it held ends without a
 finish reason (its response fails with `server_error`) and the actor starts a fresh engine;
-requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` failures
-within `RESTART_WINDOW` seconds it gives up and refuses new requests (500).
+requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` deaths within
+`RESTART_WINDOW` seconds it gives up and refuses new requests (500).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
@@ -24,8 +25,7 @@ from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
 from ..model.loading import ModelInfo
 from .mailbox import answer, ask
-from .messages import (EngineGaveUp, EngineStarted, EngineStopped, ModelMessage,
-                       ModelStatisticsRequest, Release, Step, Submit)
+from .messages import ModelMessage, ModelStatisticsRequest, Release, Step, Submit
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 STREAM_BUFFER_STEPS = 4096
 INBOX_SIZE = 1024
 RELEASE_TIMEOUT = 5.0
+# How long an Insert may be held back to be prefilled together with requests still being
+# rendered (see ModelActor._flush); a hold normally ends sooner, at those requests' Submit.
+ADMISSION_HOLD_MAX = 0.02
 MAX_RESTARTS = 5          # engine deaths tolerated within RESTART_WINDOW
 RESTART_WINDOW = 300.0    # seconds
 RESTART_DELAY = 0.5       # seconds before the first restart; doubles with each recent death
@@ -61,6 +64,20 @@ class Rendered:
     text: str
 
 
+@attrs.define
+class Arrivals:
+    """Requests between arrival and Submit, as far as the model knows: chat templates being
+    rendered (or waiting for a render thread), and rendered ones whose Submit has not come
+    yet. Written by `ModelHandle.render` and the actor, both in the trio thread."""
+
+    rendering: int = 0
+    rendered: int = 0
+
+    @property
+    def expected(self) -> bool:
+        return bool(self.rendering or self.rendered)
+
+
 @attrs.frozen
 class Admission:
     """The reply to Submit: where the request's step outputs arrive."""
@@ -73,14 +90,19 @@ class ModelHandle:
     """What callers hold. The tokenizer is read-only after load, so rendering runs in worker
     threads without a round trip through the actor."""
 
-    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any):
+    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any,
+                 arrivals: Arrivals | None = None):
         self._inbox = inbox
         self.info = info
         self.tokenizer = tokenizer
         self._render_limiter = trio.CapacityLimiter(2)
+        self._arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
-                     template_kwargs: dict | None = None) -> "Rendered":
+                     template_kwargs: dict | None = None, *, submits: bool = True
+                     ) -> "Rendered":
+        """Renders and tokenizes a chat in a worker thread. `submits=False` says no Submit
+        follows (counting tokens only), so the actor does not hold Inserts waiting for it."""
         def work() -> Rendered:
             try:
                 text = self.tokenizer.apply_chat_template(
@@ -91,7 +113,15 @@ class ModelHandle:
                                      param="input", code="invalid_prompt") from None
             return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
-        return await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+        arrivals = self._arrivals
+        arrivals.rendering += 1
+        try:
+            rendered = await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+        finally:
+            arrivals.rendering -= 1
+        if submits:
+            arrivals.rendered += 1  # its Submit follows (unless the request fails first)
+        return rendered
 
     @asynccontextmanager
     async def generate(self, prompt: list[int], max_tokens: int, sampling: Sampling,
@@ -108,6 +138,10 @@ class ModelHandle:
 
     async def statistics(self) -> ModelStatistics:
         return await ask(self._inbox, ModelStatisticsRequest)
+
+
+class _EngineStopping(Exception):
+    """Raised in the engine thread by its exchange once the actor is shutting down."""
 
 
 @attrs.define
@@ -135,7 +169,14 @@ class ModelActor:
         self._active: dict[int, _Request] = {}
         self._waiting: deque[_Request] = deque()
         self._pending: list[Command] = []
-        self._parked: trio.MemorySendChannel | None = None  # an idle engine's Step reply
+        # The hand-off to the engine thread: commands it has not taken yet, under `_handoff`
+        # (a lock + condition the engine waits on only while it has nothing to run).
+        self._handoff = threading.Condition(threading.Lock())
+        self._handed: list[Command] = []
+        self._stopping = False
+        self._arrivals = Arrivals()
+        self._nursery: trio.Nursery | None = None
+        self._hold: trio.CancelScope | None = None  # the deadline of held Inserts, if any
         self._engine_alive = False
         self._engine_gone: str | None = None   # set when restarting was given up
         self._restarts = 0
@@ -148,69 +189,100 @@ class ModelActor:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
-            task_status.started(ModelHandle(send, info, tokenizer))
+            task_status.started(ModelHandle(send, info, tokenizer, self._arrivals))
             async for msg in inbox:
                 match msg:
                     case Submit():
                         answer(msg.reply, lambda: self._submit(msg))
                     case Release(uid=uid):
                         self._release(uid)
-                    case Step():
-                        self._step(msg)
-                    case EngineStopped(error=error):
-                        self._engine_stopped(error)
-                    case EngineStarted():
-                        self._restarts += self._engine_error is not None
-                        self._engine_alive = True
-                    case EngineGaveUp(error=error):
-                        self._engine_gone = f"{type(error).__name__}: {error}"
-                        self._engine_stopped(error)
                     case ModelStatisticsRequest(reply=reply):
                         answer(reply, self._statistics)
 
     async def _run_engine(self, inbox: trio.MemorySendChannel, *, task_status) -> None:
-        """Runs the engine thread; restarts it when it dies after a successful load."""
+        """Runs the engine thread; starts a fresh one when it dies after a successful load.
+
+        The engine's callbacks (`started`, the posted `_step`) and this task's reaction to
+        its death run in the trio thread and never await, like the actor loop: the actor's
+        state has one thread, and an engine's outputs are never processed before the actor
+        knows that engine is alive."""
+        token = trio.lowlevel.current_trio_token()
+        handoff = self._handoff
         loaded = False
 
         def started(info: ModelInfo, tokenizer: Any) -> None:
             nonlocal loaded
+            trio.from_thread.run_sync(self._engine_started)
             if not loaded:  # the first load hands out the handle; a restart only says so
                 loaded = True
                 trio.from_thread.run_sync(task_status.started, (info, tokenizer))
-            trio.from_thread.run(inbox.send, EngineStarted())
 
         def exchange(outputs: list[StepOutput], idle: bool) -> list[Command]:
-            return trio.from_thread.run(
-                ask, inbox, lambda r: Step(outputs, idle, r))
+            # Never waits for trio while sequences run: the outputs are posted (processed in
+            # the trio thread, in order, while MLX computes the next step) and the commands
+            # that arrived meanwhile are taken as they are. A command caused by these outputs
+            # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
+            if outputs:
+                token.run_sync_soon(self._step, Step(outputs, idle))
+            with handoff:
+                while idle and not self._handed and not self._stopping:
+                    handoff.wait()  # nothing to run: park until work (or the end) arrives
+                if self._stopping:
+                    raise _EngineStopping
+                commands, self._handed = self._handed, []
+            return commands
+
+        async def stop_on_cancel() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:  # cancelled (shutdown) or the engine ended: its next exchange raises
+                with handoff:
+                    self._stopping = True
+                    handoff.notify()
 
         deaths: deque[float] = deque()
         while True:
-            engine = self._new_engine()
-            try:
-                await trio.to_thread.run_sync(engine.run, exchange, started,
-                                              limiter=trio.CapacityLimiter(1))
+            with handoff:
+                self._stopping = False
+            died: Exception | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop_on_cancel)
+                try:
+                    await trio.to_thread.run_sync(self._new_engine().run, exchange, started,
+                                                  limiter=trio.CapacityLimiter(1))
+                except _EngineStopping:
+                    pass  # the enclosing scope was cancelled; its Cancelled follows
+                except Exception as exc:
+                    died = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+            if died is None:
                 return
-            except Exception as exc:
-                if not loaded:
-                    raise  # failed while loading the first time: the server cannot start
-                log.exception("engine thread died")
-                await inbox.send(EngineStopped(exc))
-                now = trio.current_time()
-                deaths.append(now)
-                while deaths and deaths[0] < now - RESTART_WINDOW:
-                    deaths.popleft()
-                if len(deaths) > MAX_RESTARTS:
-                    log.error("the engine died %d times in %.0f s; not restarting it",
-                              len(deaths), RESTART_WINDOW)
-                    await inbox.send(EngineGaveUp(exc))
-                    return
-                await trio.sleep(RESTART_DELAY * 2 ** (len(deaths) - 1))
-                log.warning("restarting the engine")
+            if not loaded:
+                raise died  # failed while loading the first time: the server cannot start
+            log.error("engine thread died", exc_info=died)
+            now = trio.current_time()
+            deaths.append(now)
+            while deaths and deaths[0] < now - RESTART_WINDOW:
+                deaths.popleft()
+            if len(deaths) > MAX_RESTARTS:
+                log.error("the engine died %d times in %.0f s; not restarting it",
+                          len(deaths), RESTART_WINDOW)
+                self._engine_gone = f"{type(died).__name__}: {died}"
+                self._engine_stopped(died)
+                return
+            self._engine_stopped(died)
+            await trio.sleep(RESTART_DELAY * 2 ** (len(deaths) - 1))
+            log.warning("restarting the engine")
 
-    # ---- state changes (only ever called from the actor loop) ----------------------------
+    # ---- state changes (only ever called from the trio thread: the actor loop, or `_step`
+    # posted by the engine thread; none of them awaits) -----------------------------------
 
     def _submit(self, msg: Submit) -> Admission:
+        if self._arrivals.rendered:
+            self._arrivals.rendered -= 1
         if self._engine_gone is not None:
             raise ServerError(f"the generation engine is not running ({self._engine_gone})")
         if len(self._active) >= self._parallel and len(self._waiting) >= self._max_queue:
@@ -231,8 +303,7 @@ class ModelActor:
         self._admitted += 1
         self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling,
                                     req.grammar, req.top_logprobs))
-        if self._parked is not None:
-            self._flush(self._parked)
+        self._flush()
 
     def _free_slot(self, uid: int) -> None:
         req = self._active.pop(uid)
@@ -247,10 +318,18 @@ class ModelActor:
                 req.outputs.close()
                 return
         if uid in self._active:
-            self._pending.append(Remove(uid))
+            unsent = [c for c in self._pending if isinstance(c, Insert) and c.uid == uid]
+            if unsent:  # still held here: the engine never sees it
+                self._pending.remove(unsent[0])
+            else:
+                self._pending.append(Remove(uid))
             self._free_slot(uid)
+            self._flush()
 
     def _step(self, msg: Step) -> None:
+        """One engine step's outputs (run in the trio thread, posted by the engine's exchange)."""
+        if not self._engine_alive:
+            return  # the engine died after posting these; its requests have been ended
         self._steps += bool(msg.outputs)
         for out in msg.outputs:
             req = self._active.get(out.uid)
@@ -267,14 +346,47 @@ class ModelActor:
                 continue
             if out.finish_reason is not None:
                 self._free_slot(out.uid)
-        if self._pending or not msg.idle:
-            self._flush(msg.reply)
-        else:
-            self._parked = msg.reply
+        self._flush()
 
-    def _flush(self, reply: trio.MemorySendChannel) -> None:
-        commands, self._pending, self._parked = self._pending, [], None
-        answer(reply, lambda: commands)
+    def _flush(self, *, force: bool = False) -> None:
+        """Hands the pending commands to the engine thread (waking it if it is parked).
+
+        Inserts are held back while other requests' chat templates are being rendered: those
+        requests Submit within milliseconds, and sequences inserted together are prefilled as
+        one batch, where one at a time each would wait for the previous one's prefill. The
+        hold ends at the Submit that finds no render in flight, or after ADMISSION_HOLD_MAX;
+        a request that arrives alone is never held."""
+        if not self._pending:
+            return
+        commands = self._pending
+        if not force and self._arrivals.expected and self._nursery is not None:
+            commands = [c for c in self._pending if not isinstance(c, Insert)]
+            if len(commands) < len(self._pending) and self._hold is None:
+                self._hold = trio.CancelScope(deadline=trio.current_time() + ADMISSION_HOLD_MAX)
+                self._nursery.start_soon(self._end_hold, self._hold)
+        if self._hold is not None and len(commands) == len(self._pending):
+            self._hold.cancel()  # nothing held any more
+            self._hold = None
+        if commands is self._pending:
+            self._pending = []
+        else:
+            self._pending = [c for c in self._pending if isinstance(c, Insert)]
+        if commands:
+            with self._handoff:
+                self._handed += commands
+                self._handoff.notify()
+
+    async def _end_hold(self, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if self._hold is scope:  # the deadline passed with Inserts still held
+            self._hold = None
+            self._arrivals.rendered = 0  # a rendered request that failed never Submits
+            self._flush(force=True)
+
+    def _engine_started(self) -> None:
+        self._restarts += self._engine_error is not None
+        self._engine_alive = True
 
     def _engine_stopped(self, error: BaseException) -> None:
         """Ends every held request's output without a finish reason: their responses fail."""
@@ -285,7 +397,8 @@ class ModelActor:
         self._active.clear()
         self._waiting.clear()
         self._pending.clear()
-        self._parked = None
+        with self._handoff:
+            self._handed.clear()
 
     def _statistics(self) -> ModelStatistics:
         return ModelStatistics(

@@ -240,13 +240,23 @@ class SupervisorHandle:
 
     async def follow(self, starting_after: int = -1) -> AsyncIterator[dict[str, Any]]:
         """Every event after `starting_after`, then live ones until the terminal state."""
+        async for batch in self.follow_batches(starting_after):
+            for event in batch:
+                yield event
+
+    async def follow_batches(self, starting_after: int = -1
+                             ) -> AsyncIterator[list[dict[str, Any]]]:
+        """As `follow`, but every event that is ready at a wake-up comes in one list, so a
+        reader can write them with one send instead of one per event."""
         sup = self._sup
         i = starting_after + 1
         while True:
             events = sup.builder.events
-            while i < len(events):
-                yield events[i]
-                i += 1
+            if i < len(events):
+                batch = events[i:]
+                i += len(batch)
+                yield batch
+                continue  # more may have been appended while the batch was handled
             if sup._done.is_set():
                 return
             await sup._changed.wait()

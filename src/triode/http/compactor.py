@@ -88,8 +88,9 @@ async def summarize(model: ModelHandle, instructions: str | None,
 async def compact(model: ModelHandle, *, instructions: str | None,
                   items: list[dict[str, Any]], template_tools: list[dict[str, Any]],
                   template_kwargs: dict[str, Any], keep_tokens: int, max_output_tokens: int,
-                  before: int) -> Compaction:
-    """Compacts `items` (a replayed history whose rendering is `before` tokens)."""
+                  before: int, submits: bool = True) -> Compaction:
+    """Compacts `items` (a replayed history whose rendering is `before` tokens);
+    `submits`: the compacted prompt is generated from next (not for /compact)."""
     context = model.info.context_length
     sizes = dict(zip(map(id, items), await item_sizes(model, items)))
     system, dropped, kept = compaction.select(items, keep_tokens, lambda i: sizes[id(i)])
@@ -101,7 +102,7 @@ async def compact(model: ModelHandle, *, instructions: str | None,
                                      max_output_tokens, template_kwargs)
     compacted = [*system, compaction.summary_message(summary), *kept]
     messages = chat_messages(instructions, compacted)
-    rendered = await model.render(messages, template_tools, template_kwargs)
+    rendered = await model.render(messages, template_tools, template_kwargs, submits=submits)
     after = len(rendered.tokens)
     if after >= context:
         raise ContextLengthExceeded(

@@ -104,10 +104,11 @@ async def create_response():
     return json_response(obj)
 
 
-async def prepare(h, req: CreateResponse) -> tuple[translate.Plan, Rendered]:
+async def prepare(h, req: CreateResponse, *, submits: bool = True
+                  ) -> tuple[translate.Plan, Rendered]:
     """Validates a create (or input_tokens) request and renders its input as generation
     would see it: history (chain or conversation, compaction items replayed), instructions,
-    tools, restored reasoning."""
+    tools, restored reasoning. `submits=False`: only counting, no generation follows."""
     translate.check_model(req.model, h.model_names)
     translate.validate(req)
     past: list[dict[str, Any]] = []
@@ -120,7 +121,8 @@ async def prepare(h, req: CreateResponse) -> tuple[translate.Plan, Rendered]:
         past = await h.conversations.get(conversation) or []
     plan = translate.plan(req, h.defaults, past, conversation, hosted_tools=h.hosted_tools)
     await restore_reasoning(h, plan.messages)
-    rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs)
+    rendered = await h.model.render(plan.messages, plan.template_tools, plan.template_kwargs,
+                                    submits=submits)
     return plan, rendered
 
 
@@ -171,7 +173,7 @@ async def count_input_tokens():
     body = await json_body()
     if isinstance(body, dict) and "model" not in body:
         body = {**body, "model": h.model_names[0]}
-    _, rendered = await prepare(h, structure(body, CreateResponse))
+    _, rendered = await prepare(h, structure(body, CreateResponse), submits=False)
     return json_response({"object": "response.input_tokens",
                           "input_tokens": len(rendered.tokens)})
 
@@ -201,7 +203,7 @@ async def compact_history():
         model=req.model, input=req.input, instructions=req.instructions, tools=req.tools,
         tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
         metadata=req.metadata, chat_template_kwargs=req.chat_template_kwargs)
-    plan, rendered = await prepare(h, as_create)
+    plan, rendered = await prepare(h, as_create, submits=False)
     if len(rendered.tokens) > context:
         raise ContextLengthExceeded(
             f"the history is {len(rendered.tokens)} tokens, longer than one context window "
@@ -209,7 +211,8 @@ async def compact_history():
     result = await compactor.compact(
         h.model, instructions=req.instructions, items=plan.history,
         template_tools=plan.template_tools, template_kwargs=plan.template_kwargs,
-        keep_tokens=keep_tokens, max_output_tokens=max_tokens, before=len(rendered.tokens))
+        keep_tokens=keep_tokens, max_output_tokens=max_tokens, before=len(rendered.tokens),
+        submits=False)
     return json_response({
         "id": new_id("resp"), "object": "response.compaction",
         "created_at": int(time.time()), "model": req.model,
@@ -412,8 +415,9 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
 
     async def frames():
         try:
-            async for event in handle.follow(starting_after):
-                yield sse.frame(event)
+            # One body chunk (one write) per wake-up, however many events it brought.
+            async for batch in handle.follow_batches(starting_after):
+                yield sse.frames(batch)
         finally:
             if cancel_on_disconnect:
                 await cancel_unless_done(registry, handle)
@@ -423,8 +427,8 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
 
 async def replay_response(events: list[dict[str, Any]]) -> Response:
     async def frames():
-        for event in events:
-            yield sse.frame(event)
+        for start in range(0, len(events), 64):  # a few writes, not one per event
+            yield sse.frames(events[start:start + 64])
 
     return await sse_response(frames())
 

@@ -6,9 +6,17 @@ import json
 from typing import Any
 
 
+# One encoder for every frame: json.dumps with non-default options builds a new one per call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def frame(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+    return f"event: {event['type']}\ndata: {_encode(event)}\n\n".encode()
+
+
+def frames(events: list[dict[str, Any]]) -> bytes:
+    """Several events framed back to back, for one write."""
+    return "".join([f"event: {e['type']}\ndata: {_encode(e)}\n\n" for e in events]).encode()
 
 
 HEADERS = {

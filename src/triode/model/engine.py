@@ -1,12 +1,12 @@
 """The engine thread: the one thread that touches MLX.
 
 It owns the model, the tokenizer's streaming detokenizers and an mlx-lm `BatchGenerator`.
-Once per decode (or prefill) step it crosses back to trio with a single
-`trio.from_thread.run(exchange, outputs, idle)` call: that hands over every sequence's new
-token and text, and brings back the commands (insert, remove) that arrived meanwhile. When no
-sequence is active the exchange blocks in trio until work arrives, so an idle engine costs
-nothing. Cancelling the trio task that runs the thread makes the next exchange raise
-`trio.Cancelled` here, which ends the loop.
+Once per decode (or prefill) step it calls `exchange(outputs, idle)`: that hands every
+sequence's new token and text to trio and brings back the commands (insert, remove) that
+arrived meanwhile. While sequences run the exchange does not wait for trio (the outputs are
+posted and processed there while MLX computes the next step); when no sequence is active it
+blocks until work arrives, so an idle engine costs nothing. Cancelling the trio task that runs
+the thread makes the next exchange raise, which ends the loop.
 """
 
 from __future__ import annotations
