@@ -273,12 +273,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+TRIODE_ENV: dict[str, str] = {}   # --triode-env: extra environment for the (b) server only
+
+
 @contextmanager
 def triode_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
     cmd = [sys.executable, "-m", "triode", "serve", "--host", "127.0.0.1", "--port", "0",
            "--model", str(model_dir), "--model-alias", ALIAS, "--parallel", str(concurrency),
            "--log-level", "warning"]
-    with child_process(cmd, log_path=log_path) as proc:
+    with child_process(cmd, env={**os.environ, **TRIODE_ENV}, log_path=log_path) as proc:
         match = wait_for_log_line(proc, log_path, r"triode listening on (http://\S+)")
         yield match.group(1)
 
@@ -538,8 +541,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="a tiny configuration, to check")
     parser.add_argument("--blas", choices=("auto", "none"), default="auto",
                         help="BLAS for the in-process path (a); the a-builtin path uses none")
+    parser.add_argument("--triode-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment for the triode server (b) only; repeatable")
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    TRIODE_ENV.update(item.split("=", 1) for item in args.triode_env)
     smoke = args.smoke
     args.model = args.model or ["all"]
     args.concurrency = args.concurrency or ([1, 2] if smoke else [1, 8, 32])

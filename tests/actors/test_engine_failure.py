@@ -13,7 +13,7 @@ from triode.actors.events import new_id
 from triode.actors.model import ModelActor
 from triode.actors.output import OutputAssembler
 from triode.actors.registry import Registry
-from triode.actors.supervisor import Supervisor
+from triode.actors.supervisor import Prepared, Supervisor
 from triode.model.engine import Engine, Sampling
 from triode.model.loading import BUNDLED_PATH
 from triode.model.parsers import make_parser
@@ -55,8 +55,8 @@ async def start_job(registry, model, text: str, max_tokens: int = 200) -> Superv
         kept.append(obj)
 
     handle = await registry.start(lambda: Supervisor(
-        response_id=new_id("resp"), prompt=rendered.tokens, max_tokens=max_tokens,
-        sampling=Sampling(temperature=0.0), echo={}, model=model, assemble=assemble,
+        response_id=new_id("resp"), ready=Prepared(rendered.tokens, max_tokens, assemble),
+        sampling=Sampling(temperature=0.0), echo={}, model=model,
         background=True, on_terminal=on_terminal), background=True)
     return handle
 

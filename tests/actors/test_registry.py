@@ -8,7 +8,7 @@ import trio
 from triode.actors.model import ModelActor
 from triode.actors.output import OutputAssembler
 from triode.actors.registry import Registry
-from triode.actors.supervisor import Supervisor
+from triode.actors.supervisor import Prepared, Supervisor
 from triode.errors import Overloaded
 from triode.model.engine import Sampling
 from triode.model.parsers import make_parser
@@ -17,8 +17,8 @@ from .test_model_actor import FakeEngine
 
 
 def supervisor(model, rid: str, max_tokens: int) -> Supervisor:
-    return Supervisor(response_id=rid, prompt=[1, 2], max_tokens=max_tokens,
-                      sampling=Sampling(), echo={}, model=model, assemble=plain_text)
+    return Supervisor(response_id=rid, ready=Prepared([1, 2], max_tokens, plain_text),
+                      sampling=Sampling(), echo={}, model=model)
 
 
 def plain_text(builder):

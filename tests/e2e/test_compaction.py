@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import uuid
 
-import httpx
 import pytest
 
 from triode.http.compaction import SUMMARY_PREFIX, compaction_item, decode
 from triode.model.tiny.data import TRAIN_WORDS
 
-from ..conftest import run_server, wait_until
+from ..conftest import run_server
 from .test_background import create, finish, text_of
 from .test_spine import MODEL, error_of, sse_events
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pydantic
 import pytest
 

@@ -36,40 +36,34 @@ class Compacted:
 
 @attrs.frozen
 class Prepared:
-    """What a deferred `prepare` supplies to the supervisor."""
+    """A rendered prompt ready for generation, and how its output is assembled."""
 
     prompt: list[int]
     max_tokens: int
-    grammar: Any
     assemble: Callable[[ResponseBuilder], OutputAssembler]
-    compaction: Compacted | None
+    grammar: Any = None
+    compaction: Compacted | None = None
 
 
 class Supervisor:
-    def __init__(self, *, response_id: str, prompt: list[int], max_tokens: int,
+    def __init__(self, *, response_id: str, ready: Prepared | Callable[[], Awaitable[Prepared]],
                  sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
-                 assemble: Callable[[ResponseBuilder], OutputAssembler],
-                 grammar: Any = None, stop: list[str] = (), top_logprobs: int | None = None,
-                 background: bool = False, compaction: Compacted | None = None,
-                 prepare: Callable[[], Awaitable[Prepared]] | None = None,
+                 stop: list[str] = (), top_logprobs: int | None = None,
+                 background: bool = False,
                  on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
-        """`prepare`, when given, runs inside the job while it is queued (a background job
-        that compacts its history first) and supplies the prompt, limits and output
-        assembly then; a refusal there fails the job (`invalid_prompt`) instead of the
-        create call."""
+        """`ready` is the prepared prompt, or an async function that prepares it inside the
+        job while it is queued (a background job that compacts its history first): a
+        refusal there fails the job (`invalid_prompt`) instead of the create call."""
         self.response_id = response_id
         self.background = background
-        self._prompt = prompt
-        self._max_tokens = max_tokens
+        self._ready = ready if isinstance(ready, Prepared) else None
+        self._prepare = None if isinstance(ready, Prepared) else ready
         self._sampling = sampling
         self._model = model
         self._on_terminal = on_terminal
         self.builder = ResponseBuilder(response_id, echo, background=background)
         self.builder.created()
-        self._output = assemble(self.builder)
-        self._grammar = grammar
-        self._compaction = compaction
-        self._prepare = prepare
+        self._output = self._ready.assemble(self.builder) if self._ready else None
         self._stops = StopMatcher(list(stop))
         self._top_logprobs = top_logprobs
         self.status = Status.QUEUED
@@ -128,29 +122,27 @@ class Supervisor:
         self._admitted = True
         self._task_status.started(SupervisorHandle(self))
 
-    async def _prepared(self) -> None:
+    async def _prepared(self) -> Prepared:
         self._report_started()
         try:
-            ready = await self._prepare()
+            self._ready = await self._prepare()
         except InvalidRequest as exc:  # rendering or compaction refused the request
             raise APIError(exc.message, code="invalid_prompt") from None
-        self._prompt, self._max_tokens = ready.prompt, ready.max_tokens
-        self._grammar, self._compaction = ready.grammar, ready.compaction
-        self._output = ready.assemble(self.builder)
+        self._output = self._ready.assemble(self.builder)
+        return self._ready
 
     async def _generate(self) -> None:
-        if self._prepare is not None:
-            await self._prepared()
-        async with self._model.generate(self._prompt, self._max_tokens, self._sampling,
-                                        self._grammar, self._top_logprobs) as adm:
+        ready = self._ready or await self._prepared()
+        async with self._model.generate(ready.prompt, ready.max_tokens, self._sampling,
+                                        ready.grammar, self._top_logprobs) as adm:
             if not self._admitted:
                 self._report_started()
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)
                     self.builder.in_progress()
-                    if self._compaction is not None:
-                        c = self._compaction
+                    if ready.compaction is not None:
+                        c = ready.compaction
                         self.builder.compaction(c.item, c.before, c.after)
                 self._output_tokens += 1
                 text, stopped = self._stops.feed(out.text)
@@ -171,8 +163,10 @@ class Supervisor:
         raise APIError("generation ended without a finish reason (engine stopped)")
 
     def _usage(self) -> dict[str, Any]:
-        return usage(input_tokens=len(self._prompt), output_tokens=self._output_tokens,
-                     reasoning_tokens=self._output.reasoning_tokens)
+        ready, output = self._ready, self._output
+        return usage(input_tokens=len(ready.prompt) if ready else 0,
+                     output_tokens=self._output_tokens,
+                     reasoning_tokens=output.reasoning_tokens if output else 0)
 
     def _fail(self, code: str, message: str) -> None:
         if is_terminal(self.status):

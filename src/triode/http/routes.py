@@ -13,12 +13,11 @@ import attrs
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
-from ..actors.events import new_id
+from ..actors.events import ResponseBuilder, new_id
+from ..actors.model import Rendered
 from ..actors.output import OutputAssembler
 from ..actors.store import StoreDisabled
-from ..actors.model import Rendered
 from ..actors.supervisor import Compacted, Prepared, Supervisor, SupervisorHandle
-from ..actors.events import ResponseBuilder
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited
 from ..model.parsers import make_parser
 from . import compaction, compactor, history, sse, translate
@@ -30,6 +29,7 @@ log = logging.getLogger(__name__)
 
 api = Blueprint("api", __name__)
 CANCEL_TIMEOUT = 5.0
+STREAM_COALESCE_SECS = 0.01
 
 
 def handles():
@@ -71,27 +71,21 @@ async def create_response():
     response_id = new_id("resp")
     background = bool(req.background)
     turn = {"plan": plan}   # what keep_turn records; compaction replaces the plan's messages
-    common = dict(response_id=response_id, sampling=plan.sampling, echo=plan.echo,
-                  model=h.model, stop=plan.stop, top_logprobs=plan.top_logprobs,
-                  background=background,
-                  on_terminal=lambda obj, events: keep_turn(h, turn["plan"], obj, events))
-    if needs_compaction(h, plan, rendered) and background:
-        # The job compacts while queued: a refusal then fails the job, not this create.
-        async def prepare_job() -> Prepared:
-            turn["plan"], ready = await compacted(h, req, plan, rendered)
-            return ready
 
-        make = lambda: Supervisor(  # noqa: E731
-            prompt=[], max_tokens=0, assemble=assembler_for(plan, h.model.info, False),
-            prepare=prepare_job, **common)
+    async def compact_first() -> Prepared:
+        turn["plan"], ready = await compacted(h, req, plan, rendered)
+        return ready
+
+    if not needs_compaction(h, plan, rendered):
+        ready = finalize(h, req, plan, rendered)
+    elif background:
+        ready = compact_first  # the job compacts while queued: a refusal fails the job
     else:
-        if needs_compaction(h, plan, rendered):
-            turn["plan"], ready = await compacted(h, req, plan, rendered)
-        else:
-            ready = finalize(h, req, plan, rendered)
-        make = lambda: Supervisor(  # noqa: E731
-            prompt=ready.prompt, max_tokens=ready.max_tokens, grammar=ready.grammar,
-            assemble=ready.assemble, compaction=ready.compaction, **common)
+        ready = await compact_first()  # a refusal is this request's HTTP error
+    make = lambda: Supervisor(  # noqa: E731
+        response_id=response_id, ready=ready, sampling=plan.sampling, echo=plan.echo,
+        model=h.model, stop=plan.stop, top_logprobs=plan.top_logprobs, background=background,
+        on_terminal=lambda obj, events: keep_turn(h, turn["plan"], obj, events))
     if background:
         return json_response(await start_job(h, response_id, plan, make))
     handle = await h.registry.start(make)
@@ -415,9 +409,15 @@ async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
 
     async def frames():
         try:
-            # One body chunk (one write) per wake-up, however many events it brought.
+            # One body chunk (one write) per wake-up, however many events it brought; while
+            # tokens stream, a wake-up comes at most every STREAM_COALESCE_SECS (or at the
+            # end), so under load a write carries several steps' deltas instead of one send
+            # per step each.
             async for batch in handle.follow_batches(starting_after):
                 yield sse.frames(batch)
+                if batch[-1]["type"].endswith(".delta"):
+                    with trio.move_on_after(STREAM_COALESCE_SECS):
+                        await handle.wait()  # the end is written at once
         finally:
             if cancel_on_disconnect:
                 await cancel_unless_done(registry, handle)
