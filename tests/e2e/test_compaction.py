@@ -296,3 +296,20 @@ def test_generation_is_capped_by_the_context_left(small):
     assert body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["usage"]["input_tokens"] + body["usage"]["output_tokens"] == CONTEXT
+
+
+def test_background_job_whose_queue_is_full_when_it_starts_fails_server_overloaded():
+    """A job that compacts first reaches the generation queue only after its create
+    returned; a full queue then fails the job with `server_overloaded` (the seed's code)."""
+    from .test_background import cancel, hold_job
+
+    with run_server("--context-length", str(CONTEXT), "--parallel", "1",
+                    "--max-queue", "0") as srv:
+        held = create(srv, hold_job())
+        job = create(srv, {"model": MODEL, "background": True, "context_management": managed(100),
+                           "input": [*history(6), {"role": "user", "content": "Reply with: x"}]})
+        assert job["status"] == "queued"
+        failed = finish(srv, job["id"])
+        assert failed["status"] == "failed" and failed["output"] == []
+        assert failed["error"]["code"] == "server_overloaded"
+        cancel(srv, held["id"])
