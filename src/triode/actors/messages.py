@@ -38,6 +38,15 @@ class Release:
 
 
 @attrs.frozen
+class Rendering:
+    """A request's chat template started (or finished) rendering; `submits`: its Submit
+    follows. The actor holds Inserts while requests are expected, to prefill them together."""
+
+    started: bool
+    submits: bool = False
+
+
+@attrs.frozen
 class Step:
     """From the engine thread: one step's outputs, posted to the trio thread (not a mailbox
     message: the engine never waits for the actor while sequences run)."""
@@ -51,6 +60,7 @@ class ModelStatisticsRequest:
     reply: Reply
 
 
-ModelMessage = Submit | Release | ModelStatisticsRequest
+ModelMessage = Submit | Release | Rendering | ModelStatisticsRequest
 
-__all__ = ["Command", "ModelMessage", "Release", "Step", "Submit", "ModelStatisticsRequest"]
+__all__ = ["Command", "ModelMessage", "Release", "Rendering", "Step", "Submit",
+           "ModelStatisticsRequest"]

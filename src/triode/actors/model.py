@@ -25,7 +25,7 @@ from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
 from ..model.loading import ModelInfo
 from .mailbox import answer, ask
-from .messages import ModelMessage, ModelStatisticsRequest, Release, Step, Submit
+from .messages import ModelMessage, ModelStatisticsRequest, Release, Rendering, Step, Submit
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Rendered:
 class Arrivals:
     """Requests between arrival and Submit, as far as the model knows: chat templates being
     rendered (or waiting for a render thread), and rendered ones whose Submit has not come
-    yet. Written by `ModelHandle.render` and the actor, both in the trio thread."""
+    yet. The actor's state; `ModelHandle.render` reports to it by message."""
 
     rendering: int = 0
     rendered: int = 0
@@ -90,13 +90,11 @@ class ModelHandle:
     """What callers hold. The tokenizer is read-only after load, so rendering runs in worker
     threads without a round trip through the actor."""
 
-    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any,
-                 arrivals: Arrivals | None = None):
+    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any):
         self._inbox = inbox
         self.info = info
         self.tokenizer = tokenizer
         self._render_limiter = trio.CapacityLimiter(2)
-        self._arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
                      template_kwargs: dict | None = None, *, submits: bool = True
@@ -113,14 +111,14 @@ class ModelHandle:
                                      param="input", code="invalid_prompt") from None
             return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
-        arrivals = self._arrivals
-        arrivals.rendering += 1
+        await self._inbox.send(Rendering(started=True))
+        submitting = False
         try:
             rendered = await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+            submitting = submits  # its Submit follows (unless the request fails first)
         finally:
-            arrivals.rendering -= 1
-        if submits:
-            arrivals.rendered += 1  # its Submit follows (unless the request fails first)
+            with trio.CancelScope(shield=True):  # the actor must hear of every render's end
+                await self._inbox.send(Rendering(started=False, submits=submitting))
         return rendered
 
     @asynccontextmanager
@@ -191,13 +189,20 @@ class ModelActor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
-            task_status.started(ModelHandle(send, info, tokenizer, self._arrivals))
+            task_status.started(ModelHandle(send, info, tokenizer))
             async for msg in inbox:
                 match msg:
                     case Submit():
                         answer(msg.reply, lambda: self._submit(msg))
                     case Release(uid=uid):
                         self._release(uid)
+                    case Rendering(started=True):
+                        self._arrivals.rendering += 1
+                    case Rendering(submits=submits):
+                        self._arrivals.rendering -= 1
+                        self._arrivals.rendered += submits
+                        if not self._arrivals.expected:
+                            self._flush()  # nobody else is coming: release held Inserts
                     case ModelStatisticsRequest(reply=reply):
                         answer(reply, self._statistics)
 
@@ -354,8 +359,8 @@ class ModelActor:
         Inserts are held back while other requests' chat templates are being rendered: those
         requests Submit within milliseconds, and sequences inserted together are prefilled as
         one batch, where one at a time each would wait for the previous one's prefill. The
-        hold ends at the Submit that finds no render in flight, or after ADMISSION_HOLD_MAX;
-        a request that arrives alone is never held."""
+        hold ends when no request is expected any more (at a Submit or a render's end), or
+        after ADMISSION_HOLD_MAX; a request that arrives alone is never held."""
         if not self._pending:
             return
         commands = self._pending
