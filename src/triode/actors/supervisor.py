@@ -246,8 +246,11 @@ class SupervisorHandle:
         i = starting_after + 1
         while True:
             events = sup.builder.events
-            if i < len(events):
-                batch = events[i:]
+            end = len(events)
+            if is_terminal(sup.status) and not sup._done.is_set():
+                end -= 1  # the last event waits until the response is stored (done)
+            if i < end:
+                batch = events[i:end]
                 i += len(batch)
                 yield batch
                 continue  # more may have been appended while the batch was handled
