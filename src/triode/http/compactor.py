@@ -21,7 +21,7 @@ from ..model.parsers import make_parser
 from ..model.parsers.base import TextDelta
 from . import compaction
 from .items import chat_messages, reasoning_text
-from .translate import starts_in_reasoning
+from .translate import Plan, starts_in_reasoning
 
 ITEM_OVERHEAD = 4   # role and separator tokens a chat template adds around one message
 
@@ -85,13 +85,18 @@ async def summarize(model: ModelHandle, instructions: str | None,
     return summary, usage_of(input_tokens=len(rendered.tokens), output_tokens=generated)
 
 
-async def compact(model: ModelHandle, *, instructions: str | None,
-                  items: list[dict[str, Any]], template_tools: list[dict[str, Any]],
-                  template_kwargs: dict[str, Any], keep_tokens: int, max_output_tokens: int,
-                  before: int, submits: bool = True) -> Compaction:
-    """Compacts `items` (a replayed history whose rendering is `before` tokens);
-    `submits`: the compacted prompt is generated from next (not for /compact)."""
+async def compact(model: ModelHandle, plan: Plan, *, before: int,
+                  keep_tokens: int | None = None,
+                  max_output_tokens: int = compaction.SUMMARY_MAX_TOKENS,
+                  submits: bool = True) -> Compaction:
+    """Compacts the plan's replayed history (rendered: `before` tokens); `keep_tokens`
+    defaults to min(context/16, 8192). `submits`: the compacted prompt is generated from
+    next (not for /compact)."""
     context = model.info.context_length
+    if keep_tokens is None:
+        keep_tokens = compaction.default_keep_tokens(context)
+    instructions, items = plan.echo["instructions"], plan.history
+    template_tools, template_kwargs = plan.template_tools, plan.template_kwargs
     sizes = dict(zip(map(id, items), await item_sizes(model, items)))
     system, dropped, kept = compaction.select(items, keep_tokens, lambda i: sizes[id(i)])
     if not dropped:

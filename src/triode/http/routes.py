@@ -132,12 +132,7 @@ async def compacted(h, req: CreateResponse, plan: translate.Plan, rendered: Rend
                     ) -> tuple[translate.Plan, Prepared]:
     """Compacts the plan's history before generation; the output will open with the
     compaction item."""
-    context = h.model.info.context_length
-    result = await compactor.compact(
-        h.model, instructions=req.instructions, items=plan.history,
-        template_tools=plan.template_tools, template_kwargs=plan.template_kwargs,
-        keep_tokens=compaction.default_keep_tokens(context),
-        max_output_tokens=compaction.SUMMARY_MAX_TOKENS, before=len(rendered.tokens))
+    result = await compactor.compact(h.model, plan, before=len(rendered.tokens))
     plan = attrs.evolve(plan, messages=result.messages)
     done = Compacted(result.item, result.before, result.after)
     return plan, finalize(h, req, plan, result.rendered, done)
@@ -184,9 +179,8 @@ async def compact_history():
             raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; send "
                                  "the full history in 'input'", param=param)
     context = h.model.info.context_length
-    keep_tokens = compaction.default_keep_tokens(context) if req.keep_tokens is None \
-        else req.keep_tokens
-    if keep_tokens < 1:
+    keep_tokens = req.keep_tokens
+    if keep_tokens is not None and keep_tokens < 1:
         raise InvalidRequest("keep_tokens must be greater than 0", param="keep_tokens")
     max_tokens = compaction.SUMMARY_MAX_TOKENS if req.max_output_tokens is None \
         else req.max_output_tokens
@@ -202,11 +196,9 @@ async def compact_history():
         raise ContextLengthExceeded(
             f"the history is {len(rendered.tokens)} tokens, longer than one context window "
             f"({context}); compact it in parts", param="input")
-    result = await compactor.compact(
-        h.model, instructions=req.instructions, items=plan.history,
-        template_tools=plan.template_tools, template_kwargs=plan.template_kwargs,
-        keep_tokens=keep_tokens, max_output_tokens=max_tokens, before=len(rendered.tokens),
-        submits=False)
+    result = await compactor.compact(h.model, plan, before=len(rendered.tokens),
+                                     keep_tokens=keep_tokens, max_output_tokens=max_tokens,
+                                     submits=False)
     return json_response({
         "id": new_id("resp"), "object": "response.compaction",
         "created_at": int(time.time()), "model": req.model,

@@ -142,21 +142,11 @@ def compact_threshold(req: wire.CreateResponse) -> int | None:
     """`context_management: [{"type": "compaction", "compact_threshold": N}]` → N."""
     threshold = None
     for i, entry in enumerate(req.context_management or []):
-        param = f"context_management[{i}]"
-        if entry.get("type") != "compaction":
-            raise InvalidRequest("context_management entries must have type 'compaction'",
-                                 param=f"{param}.type")
-        unknown = set(entry) - {"type", "compact_threshold"}
-        if unknown:
-            raise InvalidRequest(f"unknown field '{sorted(unknown)[0]}' in context_management",
-                                 param=f"{param}.{sorted(unknown)[0]}")
-        value = entry.get("compact_threshold")
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or not 1 <= value <= compaction.THRESHOLD_MAX:
+        if not 1 <= entry.compact_threshold <= compaction.THRESHOLD_MAX:
             raise InvalidRequest(
                 f"compact_threshold must be an integer from 1 to {compaction.THRESHOLD_MAX}",
-                param=f"{param}.compact_threshold")
-        threshold = value
+                param=f"context_management[{i}].compact_threshold")
+        threshold = entry.compact_threshold
     return threshold
 
 

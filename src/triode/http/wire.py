@@ -175,6 +175,12 @@ class Reasoning:
 
 
 @attrs.frozen(kw_only=True)
+class ContextManagement:
+    type: Literal["compaction"]
+    compact_threshold: int
+
+
+@attrs.frozen(kw_only=True)
 class CreateResponse:
     model: str
     input: Union[str, list[InputItem]] = attrs.Factory(list)
@@ -186,7 +192,7 @@ class CreateResponse:
     reasoning: Reasoning | None = None
     previous_response_id: str | None = None
     conversation: Union[str, dict[str, Any], None] = None
-    context_management: list[dict[str, Any]] | None = None
+    context_management: list[ContextManagement] | None = None
     store: bool | None = None
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
