@@ -175,8 +175,19 @@ def run_raw(model, tokenizer, prompts: list[str], concurrency: int, max_tokens: 
 _loaded: tuple[Path, object, object] | None = None   # one model kept across concurrency levels
 
 
+def blas_threads_for(model_dir: Path) -> int:
+    """The MKL thread cap triode's `--blas-threads 0` (auto) picks for this model; the bench
+    gives (a) and (c) the same, so all three paths run on the same BLAS the same way."""
+    from triode.model.blas import auto_threads
+
+    return auto_threads(json.loads((model_dir / "config.json").read_text()).get("hidden_size"))
+
+
 def measure_raw(model_dir: Path, prompts: list[str], concurrency: int, max_tokens: int) -> Result:
+    from triode.model.blas import set_threads
+
     global _loaded
+    set_threads(blas_threads_for(model_dir))
     if _loaded is None or _loaded[0] != model_dir:
         _loaded = None   # drop the previous model before loading the next
         _loaded = (model_dir, *load_model(model_dir))
@@ -296,6 +307,8 @@ def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator
         # The same BLAS triode preloads, the same way: first in the global lookup scope.
         env["LD_PRELOAD"] = " ".join(filter(None, [str(mkl), env.get("LD_PRELOAD")]))
         env.setdefault("MKL_THREADING_LAYER", "INTEL")
+        if threads := blas_threads_for(model_dir):
+            env["MKL_NUM_THREADS"] = str(threads)
     port = free_port()
     # `python -m mlx_lm.server` is deprecated in favour of the `server` subcommand.
     cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
@@ -627,7 +640,10 @@ def main(argv: list[str] | None = None) -> int:
                     results[(level, path)] = median_run(runs[path])
             params = parameter_count(model_dir) / 1e6
             title = label if label in ("bundled", "random") else f"`{model_dir}`"
+            threads = blas_threads_for(model_dir) or "MKL's default"
             output += [f"### {title} ({params:.1f}M parameters)", "",
+                       f"MKL threads for (a), (b) and (c): {threads} (triode's "
+                       "`--blas-threads 0` rule)", "",
                        markdown_table(results, args.concurrency, paths), "",
                        work_note(results, args.concurrency, paths), ""]
     print("\n".join(output))

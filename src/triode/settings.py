@@ -58,6 +58,8 @@ FLAGS: tuple[Flag, ...] = (
          choices=("error", "ignore")),
     Flag("blas", str, "auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
          choices=("auto", "mkl", "none")),
+    Flag("blas-threads", int, 0, "MKL threads on Linux: 0 = auto (1 for models with hidden "
+         "size under 512, MKL's default otherwise), N = at most N"),
     Flag("log-level", str, "info", "logging level",
          choices=("debug", "info", "warning", "error")),
     Flag("responses-store-max-entries", int, 1024, "stored responses kept; 0 disables storage",
@@ -98,6 +100,7 @@ class Settings:
     api_key: str | None = None
     hosted_tools: str = "error"
     blas: str = "auto"
+    blas_threads: int = 0
     log_level: str = "info"
     responses_store_max_entries: int = 1024
     responses_store_max_bytes: int = 268435456

@@ -49,7 +49,7 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
     async with trio.open_nursery() as nursery:
         model = await nursery.start(ModelActor(
             model=settings.model, parallel=settings.parallel, max_queue=settings.max_queue,
-            context_length=settings.context_length).run)
+            context_length=settings.context_length, blas_threads=settings.blas_threads).run)
         registry = await nursery.start(Registry(
             background_max_jobs=settings.responses_background_max_jobs).run)
         responses = await nursery.start(ResponseStore(
@@ -64,8 +64,9 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
         echo = await nursery.start(ReasoningEchoStore(
             max_bytes=settings.reasoning_echo_max_bytes).run)
         info = model.info
-        log.info("model %s loaded (context %d tokens, %d slots)",
-                 info.path, info.context_length, settings.parallel)
+        log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
+                 info.path, info.context_length, settings.parallel,
+                 "n/a" if info.blas_threads is None else info.blas_threads)
         task_status.started(Handles(
             model=model, registry=registry, responses=responses, conversations=conversations, echo=echo,
             model_names=model_names(settings, info.path),

@@ -167,7 +167,10 @@ def test_health_reports_mkl_blas(server):
 
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         pytest.skip("MKL is preloaded on Linux x86_64 only")
-    assert server.health()["blas"].startswith("mkl")
+    health = server.health()
+    assert health["blas"].startswith("mkl")
+    # --blas-threads 0 (auto): the bundled model (hidden size 192) runs MKL on one thread.
+    assert health["blas_threads"] == 1
 
 
 # ---- errors -------------------------------------------------------------------------------

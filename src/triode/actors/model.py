@@ -155,11 +155,12 @@ class _Request:
 
 class ModelActor:
     def __init__(self, *, model: str, parallel: int, max_queue: int,
-                 context_length: int | None = None,
+                 context_length: int | None = None, blas_threads: int = 0,
                  engine_factory: Callable[..., Any] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
         self._new_engine = lambda: engine_factory(model, parallel=parallel,
-                                                  context_length=context_length)
+                                                  context_length=context_length,
+                                                  blas_threads=blas_threads)
         self._parallel = parallel
         self._max_queue = max_queue
         self._stream_buffer = stream_buffer

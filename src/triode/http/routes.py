@@ -451,6 +451,7 @@ async def health():
         "status": "ok" if model.engine_alive else "degraded",
         "model": h.model_names[0],
         "blas": h.blas,
+        "blas_threads": h.model.info.blas_threads,
         "engine_alive": model.engine_alive,
         "engine_restarts": model.engine_restarts,
         "engine_error": model.engine_error,

@@ -22,6 +22,16 @@ log = logging.getLogger(__name__)
 
 MODES = ("auto", "mkl", "none")
 _loaded: str | None = None
+_mkl: ctypes.CDLL | None = None   # libmkl_rt once preloaded, for its thread controls
+_mkl_default_threads = 0          # MKL's own thread count, read at the preload
+
+# `--blas-threads 0` (auto) gives MKL one thread for models narrower than this. Their matrices
+# are too small for a second thread to pay (bench/blas_threads.py: hidden size 192, decode
+# steps at batch 1-32 within noise of each other), while an idle OpenMP worker spins for
+# KMP_BLOCKTIME (200 ms) after every parallel region and takes a core from the HTTP side:
+# bundled model, C=32, that spinning worker used 10 s of CPU in an 11 s run.
+# At hidden size 768 a second thread made batched decode steps 1.13-1.34x faster.
+AUTO_SINGLE_THREAD_BELOW_HIDDEN = 512
 
 
 def _candidate_dirs() -> list[Path]:
@@ -47,7 +57,7 @@ def preload_blas(mode: str = "auto") -> str:
     `auto` uses MKL on Linux when the wheel is installed; `none` leaves MLX's own BLAS.
     Idempotent: a second call reports what the first one loaded.
     """
-    global _loaded
+    global _loaded, _mkl, _mkl_default_threads
     if mode not in MODES:
         raise ValueError(f"--blas must be one of {', '.join(MODES)}, not {mode!r}")
     if _loaded is not None:
@@ -67,9 +77,27 @@ def preload_blas(mode: str = "auto") -> str:
         return _loaded
     # One OpenMP runtime per process; MKL's Intel threading layer brings its own.
     os.environ.setdefault("MKL_THREADING_LAYER", "INTEL")
-    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    _mkl = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    _mkl_default_threads = _mkl.MKL_Get_Max_Threads()
     _loaded = f"mkl ({path.name})"
     return _loaded
+
+
+def auto_threads(hidden_size: int | None) -> int:
+    """The thread count `--blas-threads 0` picks for a model: 1 below
+    AUTO_SINGLE_THREAD_BELOW_HIDDEN, else 0 (MKL's own default)."""
+    if hidden_size is not None and hidden_size < AUTO_SINGLE_THREAD_BELOW_HIDDEN:
+        return 1
+    return 0
+
+
+def set_threads(threads: int) -> int | None:
+    """Caps MKL at `threads` (0: MKL's own default) for every thread of the process; returns
+    the cap in effect, or None when MKL is not the BLAS in use."""
+    if _mkl is None:
+        return None
+    _mkl.MKL_Set_Num_Threads(threads or _mkl_default_threads)
+    return _mkl.MKL_Get_Max_Threads()
 
 
 def sgemm_provider() -> str | None:

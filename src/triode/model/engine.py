@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from . import blas
 from .loading import ModelInfo, describe, load
 
 log = logging.getLogger(__name__)
@@ -138,17 +139,22 @@ def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[s
 
 
 class Engine:
-    def __init__(self, model: str, *, parallel: int, context_length: int | None):
+    def __init__(self, model: str, *, parallel: int, context_length: int | None,
+                 blas_threads: int = 0):
         self.model_name = model
         self.parallel = parallel
         self.context_length = context_length
+        self.blas_threads = blas_threads
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         model, tokenizer = load(self.model_name)
-        info = describe(self.model_name, model, tokenizer, self.context_length)
+        hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
+        threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
+        info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length),
+                            blas_threads=threads)
         stream = mx.new_stream(mx.default_device())
         generator = BatchGenerator(
             model,

@@ -29,6 +29,7 @@ class ModelInfo:
     sampling_defaults: dict[str, float] = attrs.Factory(dict)
     tool_format: str = "none"          # see model/parsers: hermes, mistral, llama3, ...
     reasoning: bool = False            # the vocabulary has <think> and </think>
+    blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
 
 
 def load(model: str) -> tuple[Any, Any]:
