@@ -58,6 +58,9 @@ FLAGS: tuple[Flag, ...] = (
          choices=("error", "ignore")),
     Flag("blas", str, "auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
          choices=("auto", "mkl", "none")),
+    Flag("prompt-cache-bytes", int, 2147483648,
+         "byte budget of the KV caches kept for reuse by prompts that start the same way "
+         "(LRU); 0 turns the prompt cache and the reasoning echo off"),
     Flag("blas-threads", int, 0, "MKL threads on Linux: 0 = auto (1 for models with hidden "
          "size under 512, MKL's default otherwise), N = at most N"),
     Flag("log-level", str, "info", "logging level",
@@ -100,6 +103,7 @@ class Settings:
     api_key: str | None = None
     hosted_tools: str = "error"
     blas: str = "auto"
+    prompt_cache_bytes: int = 2147483648
     blas_threads: int = 0
     log_level: str = "info"
     responses_store_max_entries: int = 1024

@@ -49,7 +49,8 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
     async with trio.open_nursery() as nursery:
         model = await nursery.start(ModelActor(
             model=settings.model, parallel=settings.parallel, max_queue=settings.max_queue,
-            context_length=settings.context_length, blas_threads=settings.blas_threads).run)
+            context_length=settings.context_length, blas_threads=settings.blas_threads,
+            prompt_cache_bytes=settings.prompt_cache_bytes).run)
         registry = await nursery.start(Registry(
             background_max_jobs=settings.responses_background_max_jobs).run)
         responses = await nursery.start(ResponseStore(
@@ -61,8 +62,9 @@ async def start_actors(settings: Settings, *, task_status=trio.TASK_STATUS_IGNOR
             max_entries=settings.conversation_store_max_entries,
             max_bytes=settings.conversation_store_max_bytes,
             ttl_secs=settings.conversation_store_ttl_secs).run)
+        # The seed's reasoning echo exists for the prompt cache: off with it.
         echo = await nursery.start(ReasoningEchoStore(
-            max_bytes=settings.reasoning_echo_max_bytes).run)
+            max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0).run)
         info = model.info
         log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
                  info.path, info.context_length, settings.parallel,

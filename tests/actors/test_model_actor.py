@@ -20,7 +20,7 @@ class FakeEngine:
     tokenizer = None
     last = None   # the most recent instance, for tests that inspect what the engine got
 
-    def __init__(self, model, *, parallel, context_length, blas_threads=0):
+    def __init__(self, model, *, parallel, context_length, **_):
         self.parallel = parallel
         self.inserted: list[int] = []
         self.batches: list[list[int]] = []   # the Inserts each exchange brought, together

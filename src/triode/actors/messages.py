@@ -53,6 +53,7 @@ class Step:
 
     outputs: list[StepOutput]
     idle: bool
+    prompt_cache: tuple[int, int] | None = None   # the engine's (entries, bytes); None: off
 
 
 @attrs.frozen

@@ -54,6 +54,16 @@ class ModelStatistics:
     tokens_generated: int
     requests_admitted: int
     requests_rejected: int
+    prompt_cache: PromptCacheStatistics
+
+
+@attrs.frozen
+class PromptCacheStatistics:
+    max_bytes: int        # --prompt-cache-bytes; 0: off
+    entries: int          # cached sequences, as the engine last reported
+    bytes: int
+    hits: int             # requests whose prefill started from a cached prefix
+    cached_tokens: int    # prompt tokens those requests did not prefill
 
 
 @attrs.frozen
@@ -156,11 +166,14 @@ class _Request:
 class ModelActor:
     def __init__(self, *, model: str, parallel: int, max_queue: int,
                  context_length: int | None = None, blas_threads: int = 0,
+                 prompt_cache_bytes: int = 0,
                  engine_factory: Callable[..., Any] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
         self._new_engine = lambda: engine_factory(model, parallel=parallel,
                                                   context_length=context_length,
-                                                  blas_threads=blas_threads)
+                                                  blas_threads=blas_threads,
+                                                  prompt_cache_bytes=prompt_cache_bytes)
+        self._prompt_cache_max = prompt_cache_bytes
         self._parallel = parallel
         self._max_queue = max_queue
         self._stream_buffer = stream_buffer
@@ -184,6 +197,10 @@ class ModelActor:
         self._tokens = 0
         self._admitted = 0
         self._rejected = 0
+        self._prompt_cache_entries = 0
+        self._prompt_cache_bytes = 0
+        self._prompt_cache_hits = 0
+        self._prompt_cache_tokens = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
@@ -225,13 +242,14 @@ class ModelActor:
                 loaded = True
                 trio.from_thread.run_sync(task_status.started, (info, tokenizer))
 
-        def exchange(outputs: list[StepOutput], idle: bool) -> list[Command]:
+        def exchange(outputs: list[StepOutput], idle: bool,
+                     prompt_cache: tuple[int, int] | None = None) -> list[Command]:
             # Never waits for trio while sequences run: the outputs are posted (processed in
             # the trio thread, in order, while MLX computes the next step) and the commands
             # that arrived meanwhile are taken as they are. A command caused by these outputs
             # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
             if outputs:
-                token.run_sync_soon(self._step, Step(outputs, idle))
+                token.run_sync_soon(self._step, Step(outputs, idle, prompt_cache))
             with handoff:
                 while idle and not self._handed and not self._stopping:
                     handoff.wait()  # nothing to run: park until work (or the end) arrives
@@ -337,11 +355,16 @@ class ModelActor:
         if not self._engine_alive:
             return  # the engine died after posting these; its requests have been ended
         self._steps += bool(msg.outputs)
+        if msg.prompt_cache is not None:
+            self._prompt_cache_entries, self._prompt_cache_bytes = msg.prompt_cache
         for out in msg.outputs:
             req = self._active.get(out.uid)
             if req is None:
                 continue  # released while the step ran; its Remove is pending
             self._tokens += 1
+            if out.cached_tokens:
+                self._prompt_cache_hits += 1
+                self._prompt_cache_tokens += out.cached_tokens
             try:
                 req.outputs.send_nowait(out)
             except (trio.WouldBlock, trio.BrokenResourceError):
@@ -398,6 +421,7 @@ class ModelActor:
         """Ends every held request's output without a finish reason: their responses fail."""
         self._engine_alive = False
         self._engine_error = f"{type(error).__name__}: {error}"
+        self._prompt_cache_entries = self._prompt_cache_bytes = 0   # it died with the engine
         for req in [*self._active.values(), *self._waiting]:
             req.outputs.close()
         self._active.clear()
@@ -412,4 +436,8 @@ class ModelActor:
             queue_depth=len(self._waiting), queue_max=self._max_queue,
             engine_alive=self._engine_alive, engine_restarts=self._restarts,
             engine_error=self._engine_error, steps=self._steps, tokens_generated=self._tokens,
-            requests_admitted=self._admitted, requests_rejected=self._rejected)
+            requests_admitted=self._admitted, requests_rejected=self._rejected,
+            prompt_cache=PromptCacheStatistics(
+                max_bytes=self._prompt_cache_max, entries=self._prompt_cache_entries,
+                bytes=self._prompt_cache_bytes, hits=self._prompt_cache_hits,
+                cached_tokens=self._prompt_cache_tokens))

@@ -74,6 +74,7 @@ class Supervisor:
         self._admitted = False
         self._task_status = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
+        self._cached_tokens = 0
 
     def _move(self, event: Event) -> None:
         self.status = next_status(self.status, event)
@@ -145,6 +146,7 @@ class Supervisor:
                         c = ready.compaction
                         self.builder.compaction(c.item, c.before, c.after)
                 self._output_tokens += 1
+                self._cached_tokens += out.cached_tokens
                 text, stopped = self._stops.feed(out.text)
                 self._output.feed(text, out.logprobs)
                 if out.error is not None:
@@ -165,7 +167,7 @@ class Supervisor:
     def _usage(self) -> dict[str, Any]:
         ready, output = self._ready, self._output
         return usage(input_tokens=len(ready.prompt) if ready else 0,
-                     output_tokens=self._output_tokens,
+                     output_tokens=self._output_tokens, cached_tokens=self._cached_tokens,
                      reasoning_tokens=output.reasoning_tokens if output else 0)
 
     def _fail(self, code: str, message: str) -> None:

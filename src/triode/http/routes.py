@@ -461,6 +461,7 @@ async def health():
         "generation": {"steps": model.steps, "tokens": model.tokens_generated,
                        "admitted": model.requests_admitted,
                        "rejected": model.requests_rejected},
+        "prompt_cache": attrs.asdict(model.prompt_cache),
         "responses": {"live": registry.live, "started": registry.started,
                       "background_jobs": registry.background_jobs,
                       "background_max_jobs": registry.background_max_jobs},

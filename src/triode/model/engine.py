@@ -61,9 +61,15 @@ class StepOutput:
     finish_reason: str | None   # "stop" (end of sequence), "length" (max tokens), or None
     error: str | None = None    # set on the last output when constrained decoding failed
     logprobs: dict | None = None  # OpenAI's logprob entry for this token, when asked for
+    cached_tokens: int = 0      # on a sequence's first output: prompt tokens the prompt cache
+                                # supplied (their prefill was skipped)
 
 
-Exchange = Callable[[list[StepOutput], bool], Sequence[Command]]
+# (this step's outputs, idle, the prompt cache's (entries, bytes) or None) -> commands
+Exchange = Callable[[list[StepOutput], bool, "tuple[int, int] | None"], Sequence[Command]]
+
+PROMPT_CACHE_KEY = "model"        # one model per engine: every entry is this model's
+PROMPT_CACHE_MAX_ENTRIES = 64     # distinct cached sequences (prefixes of a kept one are dropped)
 
 
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
@@ -138,13 +144,53 @@ def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[s
     return entry
 
 
+class PromptCache:
+    """KV caches of finished sequences, keyed by their tokens, for prompts that start the same
+    way (a conversation's next turn, a shared system prompt): the engine thread's alone.
+
+    mlx-lm's LRUPromptCache does the matching (the longest cached prefix, or a longer entry
+    trimmed back to the common prefix) and the LRU eviction under `max_bytes`; this adds what
+    an insert needs: at least one prompt token always goes through the model, since the
+    first output token is sampled from its logits."""
+
+    def __init__(self, max_bytes: int):
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self.max_bytes = max_bytes
+        self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
+
+    def fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
+        """(a KV cache covering a prefix of `prompt` or None, the tokens still to prefill)."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        kv, rest = self._lru.fetch_nearest_cache(PROMPT_CACHE_KEY, prompt)
+        if kv is not None and not rest:  # all of it cached: feed the last token again
+            if not can_trim_prompt_cache(kv):
+                return None, prompt
+            trim_prompt_cache(kv, 1)
+            rest = prompt[-1:]
+        return kv, rest
+
+    def keep(self, tokens: list[int], kv: Any) -> None:
+        self._lru.insert_cache(PROMPT_CACHE_KEY, list(tokens), kv)
+
+    @property
+    def nbytes(self) -> int:
+        return self._lru.nbytes
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
-                 blas_threads: int = 0):
+                 blas_threads: int = 0, prompt_cache_bytes: int = 0):
         self.model_name = model
         self.parallel = parallel
         self.context_length = context_length
         self.blas_threads = blas_threads
+        self.prompt_cache_bytes = prompt_cache_bytes
+        self.prompt_cache: PromptCache | None = None   # this thread's; None when off
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
         import mlx.core as mx
@@ -163,8 +209,11 @@ class Engine:
             prefill_batch_size=min(self.parallel, 8),
             stream=stream,
         )
+        cache = self.prompt_cache = (PromptCache(self.prompt_cache_bytes)
+                                     if self.prompt_cache_bytes > 0 else None)
         started(info, tokenizer)
         processors: dict[int, Any] = {}    # our uid → its constrained-decoding processor
+        reused: dict[int, int] = {}        # our uid → cached prompt tokens, until its 1st output
         ours: dict[int, int] = {}          # generator uid → our uid
         theirs: dict[int, int] = {}        # our uid → generator uid
         detokenizers: dict[int, Any] = {}  # our uid → streaming detokenizer
@@ -172,7 +221,8 @@ class Engine:
         outputs: list[StepOutput] = []
         try:
             while True:
-                commands = exchange(outputs, not theirs)
+                commands = exchange(outputs, not theirs,
+                                    (len(cache), cache.nbytes) if cache is not None else None)
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
@@ -182,8 +232,12 @@ class Engine:
                             extra["logits_processors"] = [chain]
                         if constraint is not None:
                             processors[cmd.uid] = constraint
+                        prompt = list(cmd.prompt)
+                        kv, rest = cache.fetch(prompt) if cache is not None else (None, prompt)
+                        reused[cmd.uid] = len(prompt) - len(rest)
                         (gen_uid,) = generator.insert(
-                            [list(cmd.prompt)], [cmd.max_tokens],
+                            [rest], [cmd.max_tokens], caches=[kv],
+                            all_tokens=[prompt[:reused[cmd.uid]]],
                             samplers=[sampler_for(cmd.sampling)], **extra)
                         ours[gen_uid] = cmd.uid
                         if cmd.top_logprobs is not None:
@@ -194,6 +248,7 @@ class Engine:
                         generator.remove([theirs[cmd.uid]])
                         del ours[theirs.pop(cmd.uid)]
                         detokenizers.pop(cmd.uid)
+                        reused.pop(cmd.uid, None)
                         processors.pop(cmd.uid, None)
                         wants_logprobs.pop(cmd.uid, None)
                 if not theirs:
@@ -214,7 +269,9 @@ class Engine:
                         del ours[r.uid], theirs[uid], detokenizers[uid]
                         processor = processors.pop(uid, None)
                         error = processor.error if processor is not None else None
+                        if cache is not None and r.prompt_cache is not None:
+                            cache.keep(r.all_tokens, r.prompt_cache)
                     outputs.append(StepOutput(uid, r.token, detok.last_segment, r.finish_reason,
-                                              error, entry))
+                                              error, entry, reused.pop(uid, 0)))
         finally:
             generator.close()
