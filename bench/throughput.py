@@ -3,8 +3,13 @@
 
     (a) raw mlx-lm `BatchGenerator` in this process, on MKL (what triode's engine drives);
         (a-builtin) is the same on MLX's own BLAS, in a subprocess, to show the BLAS gain
-    (b) triode: `POST /v1/responses`, streamed (SSE)
-    (c) mlx_lm.server: `POST /v1/chat/completions`, streamed, on MKL too (LD_PRELOAD)
+    (b) triode: `POST /v1/responses`, streamed (SSE), with its defaults (prompt cache on)
+    (c) mlx_lm.server: `POST /v1/chat/completions`, streamed, on MKL too (LD_PRELOAD), with
+        its defaults (prompt cache on)
+
+All three get the MKL thread cap triode's `--blas-threads 0` picks for the model. (a) has no
+prompt cache: it is mlx-lm's batch generator alone; `--triode-env TRIODE_PROMPT_CACHE_BYTES=0`
+measures (b) without one.
 
 Every path gets the same prompts, greedy decoding and the same max output tokens, and all of
 them run in ONE invocation, interleaved per concurrency level: the machine is noisy, so only

@@ -172,6 +172,11 @@ class PromptCache:
         return kv, rest
 
     def keep(self, tokens: list[int], kv: Any) -> None:
+        import mlx.core as mx
+
+        # A finished sequence's cache is a lazy copy out of the whole batch's KV buffers:
+        # evaluated now, it holds its own few KB per token instead of pinning those buffers.
+        mx.eval([c.state for c in kv])
         self._lru.insert_cache(PROMPT_CACHE_KEY, list(tokens), kv)
 
     @property
