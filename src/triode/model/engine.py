@@ -156,7 +156,6 @@ class PromptCache:
     def __init__(self, max_bytes: int):
         from mlx_lm.models.cache import LRUPromptCache
 
-        self.max_bytes = max_bytes
         self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
 
     def fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
@@ -195,7 +194,6 @@ class Engine:
         self.context_length = context_length
         self.blas_threads = blas_threads
         self.prompt_cache_bytes = prompt_cache_bytes
-        self.prompt_cache: PromptCache | None = None   # this thread's; None when off
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
         import mlx.core as mx
@@ -214,8 +212,7 @@ class Engine:
             prefill_batch_size=min(self.parallel, 8),
             stream=stream,
         )
-        cache = self.prompt_cache = (PromptCache(self.prompt_cache_bytes)
-                                     if self.prompt_cache_bytes > 0 else None)
+        cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
         started(info, tokenizer)
         processors: dict[int, Any] = {}    # our uid → its constrained-decoding processor
         reused: dict[int, int] = {}        # our uid → cached prompt tokens, until its 1st output
