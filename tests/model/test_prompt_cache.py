@@ -98,3 +98,16 @@ def test_budget_evicts_least_recently_used(model):
     assert len(cache) == 1
     assert cache.fetch(first + [5])[0] is None          # the older one went
     assert cache.fetch(second + [5])[1] == [5]
+
+
+def test_a_sequence_over_the_budget_leaves_the_others_alone(model):
+    """mlx-lm's LRU would insert it and evict least recently used entries until the bytes
+    fit, which empties the cache before it finally drops the newcomer."""
+    small, big = SEQ, list(range(100, 400))   # KVCache allocates 256 positions at a time
+    kv_small, kv_big = kv_for(model, small), kv_for(model, big)
+    assert nbytes(kv_big) > nbytes(kv_small) + 1
+    cache = PromptCache(nbytes(kv_small) + 1)
+    cache.keep(small, kv_small)
+    cache.keep(big, kv_big)
+    assert len(cache) == 1 and cache.nbytes == nbytes(kv_small)
+    assert cache.fetch(small + [5])[1] == [5]

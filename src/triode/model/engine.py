@@ -173,6 +173,8 @@ class PromptCache:
     def keep(self, tokens: list[int], kv: Any) -> None:
         import mlx.core as mx
 
+        if sum(c.nbytes for c in kv) > self._lru.max_bytes:
+            return  # never fits: inserted, it would first evict every other entry
         # A finished sequence's cache is a lazy copy out of the whole batch's KV buffers:
         # evaluated now, it holds its own few KB per token instead of pinning those buffers.
         mx.eval([c.state for c in kv])
