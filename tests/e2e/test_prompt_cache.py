@@ -64,8 +64,8 @@ def test_zero_budget_turns_the_cache_and_the_reasoning_echo_off(uncached):
 
 
 def test_a_budget_smaller_than_any_sequence_keeps_nothing():
-    """`--prompt-cache-bytes 1`: every finished sequence is over the budget and evicted at
-    once, so nothing is reused (the exact edges are in tests/model/test_prompt_cache.py)."""
+    """`--prompt-cache-bytes 1`: every finished sequence is over the budget, so none is kept
+    and nothing is reused (the exact edges are in tests/model/test_prompt_cache.py)."""
     with run_server("--prompt-cache-bytes", "1") as s:
         client = s.client()
         for _ in range(2):

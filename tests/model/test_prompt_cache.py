@@ -11,9 +11,6 @@ from triode.model.loading import BUNDLED_MODEL, load  # noqa: E402
 
 @pytest.fixture(scope="module")
 def model():
-    from triode.model.blas import preload_blas
-
-    preload_blas("auto")
     return load(BUNDLED_MODEL)[0]
 
 
