@@ -293,13 +293,21 @@ TRIODE_ENV: dict[str, str] = {}   # --triode-env: extra environment for the (b) 
 
 
 @contextmanager
-def triode_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+def triode_process(model_dir: Path, concurrency: int,
+                   log_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A triode server: (its URL, its process)."""
     cmd = [sys.executable, "-m", "triode", "serve", "--host", "127.0.0.1", "--port", "0",
            "--model", str(model_dir), "--model-alias", ALIAS, "--parallel", str(concurrency),
            "--log-level", "warning"]
     with child_process(cmd, env={**os.environ, **TRIODE_ENV}, log_path=log_path) as proc:
         match = wait_for_log_line(proc, log_path, r"triode listening on (http://\S+)")
-        yield match.group(1)
+        yield match.group(1), proc
+
+
+@contextmanager
+def triode_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+    with triode_process(model_dir, concurrency, log_path) as (url, _):
+        yield url
 
 
 @contextmanager
