@@ -73,7 +73,8 @@ def cpu_spent(before: dict, after: dict) -> dict[int, tuple[str, float]]:
 
 def raw_in_process(model_dir: Path, prompts: list[str], level: int,
                    max_tokens: int) -> Measured:
-    T.measure_raw(model_dir, [T.WARMUP_PROMPT] * level, level, T.WARMUP_TOKENS)  # loaded
+    # Loads the model (the first time) outside the measured window.
+    T.measure_raw(model_dir, [T.WARMUP_PROMPT] * level, level, T.WARMUP_TOKENS)
     pid = os.getpid()
     before = thread_cpu(pid)
     result = T.measure_raw(model_dir, prompts, level, max_tokens)
