@@ -281,6 +281,21 @@ async def test_pinned_put_over_budget_is_refused_and_evicts_nothing(nursery):
     assert await responses.pin("resp_stored") is False
 
 
+@pytest.mark.trio
+async def test_pinned_put_counts_its_reserve(nursery):
+    """A pinned put counts as the larger of its size and its reserve: at exactly the budget
+    it is accepted, one byte over it is refused; a reserve below the size changes nothing."""
+    responses = await start_responses(nursery, max_bytes=100)
+    assert await responses.put("resp_job1", sized_response(10), pinned=True, reserve=60)
+    assert (await responses.statistics()).pinned_bytes == 60
+    assert await responses.put("resp_job2", sized_response(10), pinned=True, reserve=41) is False
+    assert await responses.put("resp_job2", sized_response(10), pinned=True, reserve=40)
+    assert (await responses.statistics()).pinned_bytes == 100
+    assert await responses.delete("resp_job2")
+    assert await responses.put("resp_job3", sized_response(30), pinned=True, reserve=1)
+    assert (await responses.statistics()).pinned_bytes == 90
+
+
 async def test_reasoning_echo_remembers_within_its_byte_budget():
     """The echo store recalls remembered turns, evicts least recently used past its byte
     budget, and with budget 0 remembers nothing."""

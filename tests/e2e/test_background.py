@@ -314,6 +314,32 @@ def test_active_jobs_byte_budget_edge(bg):
             cancel(srv, held["id"])
 
 
+def test_a_job_is_never_lost_at_the_byte_budget_edge(bg):
+    """An accepted job reserves room for the `failed` object stored when its final one does
+    not fit, so its end is kept however tight the budget: with the budget exactly one job's
+    reservation the job is accepted (one byte less: 429), and once it has generated, cancel,
+    GET and the stream replay all give the failed object instead of a 404."""
+    probe = create(bg, hold_job())
+    size = bg.health()["stores"]["responses"]["pinned_bytes"]
+    cancel(bg, probe["id"])
+    with run_server("--parallel", "1", "--responses-store-max-bytes", str(size - 1)) as srv:
+        r = srv.http.post("/v1/responses", json=hold_job())
+        assert r.status_code == 429 and error_of(r)["code"] == "rate_limit_exceeded"
+    with run_server("--parallel", "1", "--responses-store-max-bytes", str(size)) as srv:
+        held = create(srv, hold_job())
+        wait_until(lambda: srv.health()["generation"]["tokens"] >= 20)
+        obj = cancel(srv, held["id"])
+        assert obj["status"] == "failed" and obj["output"] == []
+        assert obj["error"]["code"] == "server_error"
+        assert "--responses-store-max-bytes" in obj["error"]["message"]
+        assert poll(srv, held["id"]) == obj
+        replay = sse_events(srv.http.get(f"/v1/responses/{held['id']}?stream=true").text)
+        assert [e["type"] for e in replay] == ["response.created", "response.failed"]
+        assert replay[-1]["response"] == obj
+        stores = srv.health()["stores"]["responses"]
+        assert stores["pinned_entries"] == 0 and stores["entries"] == 1
+
+
 def test_oversize_final_object_is_kept_as_failed_and_appends_nothing():
     """A finished job whose final object alone exceeds the byte budget is stored as failed
     (server_error, empty output) and its conversation gets no turn."""

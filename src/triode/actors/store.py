@@ -39,6 +39,15 @@ class StoredResponse:
     body: bytes
     events: bytes
 
+    @classmethod
+    def of(cls, response: Any, events: Iterable[Any] = ()) -> "StoredResponse":
+        return cls(encode_json(response), encode_json(list(events)))
+
+    @property
+    def size(self) -> int:
+        """The bytes it counts against the store's budget."""
+        return len(self.body) + len(self.events)
+
 
 # Messages shared by both mailboxes.
 
@@ -57,6 +66,7 @@ class PutResponse:
     stored: StoredResponse
     pinned: bool
     ephemeral: bool
+    reserve: int          # the least it counts as (see ResponseStoreHandle.put)
     reply: ReplyChannel
 
 
@@ -140,20 +150,21 @@ class _StoreHandle:
 class ResponseStoreHandle(_StoreHandle):
     async def put(
         self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False,
-        ephemeral: bool = False,
+        ephemeral: bool = False, reserve: int = 0,
     ) -> bool:
         """Stores a response object and its stream events; returns whether it is retained.
 
         A pinned put (an active background job) is refused, returning False, when the
-        pinned total would exceed the byte budget; it never evicts stored responses. An
-        ephemeral put (a finished `background` + `store: false` response) lives for the
-        ephemeral TTL instead of the store's.
+        pinned total would exceed the byte budget; it never evicts stored responses. It
+        counts as at least `reserve` bytes, so that what replaces it when the job ends can
+        be made to fit. An ephemeral put (a finished `background` + `store: false`
+        response) lives for the ephemeral TTL instead of the store's.
         """
         self.check_enabled()
-        stored = StoredResponse(encode_json(response), encode_json(list(events)))
+        stored = StoredResponse.of(response, events)
         return await ask(
             self._inbox,
-            lambda reply: PutResponse(response_id, stored, pinned, ephemeral, reply),
+            lambda reply: PutResponse(response_id, stored, pinned, ephemeral, reserve, reply),
         )
 
     async def get(self, response_id: str) -> Any | None:
@@ -264,8 +275,8 @@ class ResponseStore(_BudgetedStore):
     def _handle(self, msg: ResponseStoreMessage) -> None:
         entries, now = self._entries, self._clock()
         match msg:
-            case PutResponse(response_id, stored, pinned, ephemeral, reply):
-                size = len(stored.body) + len(stored.events)
+            case PutResponse(response_id, stored, pinned, ephemeral, reserve, reply):
+                size = max(stored.size, reserve)
                 ttl = self._ephemeral_ttl if ephemeral else None
                 answer(reply, lambda: entries.put(response_id, stored, now, pinned=pinned,
                                                   size=size, ttl_secs=ttl))

@@ -13,10 +13,10 @@ import attrs
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
-from ..actors.events import ResponseBuilder, new_id
+from ..actors.events import ResponseBuilder, new_id, usage
 from ..actors.model import Rendered
 from ..actors.output import OutputAssembler
-from ..actors.store import StoreDisabled
+from ..actors.store import StoreDisabled, StoredResponse
 from ..actors.supervisor import Compacted, Prepared, Supervisor, SupervisorHandle
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited
 from ..model.parsers import make_parser
@@ -218,8 +218,15 @@ async def start_job(h, response_id: str, plan: translate.Plan, make) -> dict[str
     """Accepts a background job: its approximate bytes are pinned in the response store
     (429 when the active jobs would pass the byte budget), the registry counts it (429 at
     max-jobs) and the model actor queues it (503 when full). Returns the queued object."""
-    queued = ResponseBuilder(response_id, plan.echo, background=True).obj
-    if not await h.responses.put(response_id, history.record(queued, plan.items), pinned=True):
+    builder = ResponseBuilder(response_id, plan.echo, background=True)
+    builder.created()
+    queued = builder.obj
+    # Room for the most the job's end can need: if its final object does not fit the
+    # budget, the `failed` one keep_job stores instead must (usage at its widest).
+    widest = {**queued, "usage": usage(*(USAGE_BOUND,) * 4)}
+    fallback = StoredResponse.of(*too_large(widest, plan, builder.events[0]))
+    if not await h.responses.put(response_id, history.record(queued, plan.items), pinned=True,
+                                 reserve=fallback.size):
         raise RateLimited("the active background responses would exceed "
                           "--responses-store-max-bytes; retry after one finishes")
     try:
@@ -281,20 +288,32 @@ async def keep_job(h, plan: translate.Plan, obj: dict[str, Any], events: list[di
                    ) -> dict[str, Any]:
     """A finished job's final object becomes a stored response (store: false: readable for
     the ephemeral TTL only), replacing its pinned entry. One too big for the byte budget is
-    replaced by a `failed` response with empty output, so polling still gets an answer.
+    replaced by a `failed` response with empty output, so polling still gets an answer; the
+    pinned entry reserved room for that one (start_job), so it is always kept.
     Returns the object as kept."""
     ephemeral = not plan.store
     record = history.record(obj, plan.items, ephemeral=ephemeral)
     if await h.responses.put(obj["id"], record, events, ephemeral=ephemeral):
         return obj
+    record, kept_events = too_large(obj, plan, events[0])
+    await h.responses.put(obj["id"], record, kept_events, ephemeral=ephemeral)
+    return record["response"]
+
+
+USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will reach
+
+
+def too_large(obj: dict[str, Any], plan: translate.Plan, created: dict[str, Any]
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What is stored for a finished job whose final object the byte budget cannot hold:
+    the object as `failed`, without output, and its events (the created one, then
+    response.failed)."""
     failed = {**obj, "status": "failed", "output": [], "incomplete_details": None,
               "error": {"code": "server_error",
                         "message": "the response is larger than --responses-store-max-bytes "
                                    "and could not be kept"}}
     closing = {"type": "response.failed", "sequence_number": 1, "response": failed}
-    await h.responses.put(obj["id"], history.record(failed, plan.items, ephemeral=ephemeral),
-                          [events[0], closing], ephemeral=ephemeral)
-    return failed
+    return history.record(failed, plan.items, ephemeral=not plan.store), [created, closing]
 
 
 async def stored(response_id: str) -> dict[str, Any]:
@@ -342,7 +361,7 @@ async def cancel_response(response_id: str):
     live = await h.registry.cancel(response_id)
     if live is not None:
         obj = await live.wait()
-        if obj.get("store"):
+        if obj.get("store") or live.background:   # what a GET now returns (see keep_job)
             return json_response((await stored(response_id))["response"])
         return json_response(obj)
     return json_response((await stored(response_id))["response"])
