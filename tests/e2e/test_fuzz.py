@@ -1,0 +1,63 @@
+"""Random request bodies against a real server: whatever a client sends, the answer is a
+response or a 4xx naming the problem, never a 5xx, and the server keeps serving.
+
+Bodies start from a valid create and get a few of CreateResponse's own fields replaced by
+arbitrary JSON (nested objects and lists whose keys are the item and format vocabulary), so
+they reach deep into validation instead of failing at the first field."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from triode.http.wire import CreateResponse
+
+from ..conftest import run_server
+from .test_spine import MODEL
+
+FIELDS = sorted(f.name for f in attrs.fields(CreateResponse))
+KEYS = ["type", "role", "content", "text", "name", "format", "schema", "strict", "properties",
+        "parameters", "id", "call_id", "output", "arguments", "effort", "summary", "items",
+        "required", "minLength", "compact_threshold"]
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-2**63, max_value=2**63),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", MODEL, "auto", "none", "required", "disabled", "json_schema",
+                     "json_object", "function", "message", "user", "assistant", "input_text",
+                     "output_text", "low", "high"]),
+    st.text(max_size=20))
+JSON = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)),
+    max_leaves=12)
+ALLOWED = {200, 400, 404, 409, 429}
+
+
+@pytest.fixture(scope="module")
+def fuzzed():
+    with run_server("--parallel", "2") as srv:
+        yield srv
+        health = srv.health()
+        assert health["status"] == "ok" and health["engine_alive"]
+        assert not any("Traceback" in line for line in srv.log), "".join(srv.log)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(replaced=st.dictionaries(st.sampled_from(FIELDS), JSON, min_size=1, max_size=4))
+def test_random_create_bodies_get_a_response_or_a_4xx(fuzzed, replaced):
+    body = {"model": MODEL, "input": "Reply with: ok", "max_output_tokens": 8,
+            **replaced}
+    body.pop("stream", None)   # a streamed answer is read like any other below
+    r = fuzzed.http.post("/v1/responses", content=json.dumps(body),
+                         headers={"Content-Type": "application/json"})
+    assert r.status_code in ALLOWED, (r.status_code, r.text, body)
+    if r.status_code != 200:
+        error = r.json()["error"]
+        assert error["message"] and error["type"], error
+    elif r.json().get("background") and r.json()["status"] not in ("completed", "failed",
+                                                                   "cancelled", "incomplete"):
+        assert fuzzed.http.post(f"/v1/responses/{r.json()['id']}/cancel").status_code == 200
