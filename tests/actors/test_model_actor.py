@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from triode.actors.model import ModelActor
+from triode.actors.model import LARGE_RENDER_CHARS, ModelActor, text_size
 from triode.errors import Overloaded
 from triode.model.engine import Insert, Sampling, StepOutput
 from triode.model.loading import ModelInfo
@@ -268,3 +268,12 @@ async def test_inserts_wait_for_a_request_still_being_rendered(monkeypatch):
                 await trio.sleep(0.01)
         assert engine.batches[1] == [first.uid, second[0]]
         nursery.cancel_scope.cancel()
+
+
+def test_text_size_counts_every_string_a_template_renders():
+    """Keys and string values at any depth count; numbers, booleans and None do not."""
+    messages = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"role": "tool", "content": "x" * LARGE_RENDER_CHARS, "n": 5, "ok": None}]
+    assert text_size(messages) == (4 + 4 + 7 + 4 + 10 + 4 + 2) + (4 + 4 + 7 + LARGE_RENDER_CHARS
+                                                                  + 1 + 2)
+    assert text_size(None) == 0 and text_size("abc") == 3 and text_size([("ab", 1)]) == 2

@@ -8,6 +8,7 @@ they reach deep into validation instead of failing at the first field."""
 from __future__ import annotations
 
 import json
+import threading
 
 import attrs
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from triode.http.wire import CreateResponse
 
-from ..conftest import run_server
+from ..conftest import run_server, wait_until
 from .test_spine import MODEL
 
 FIELDS = sorted(f.name for f in attrs.fields(CreateResponse))
@@ -61,3 +62,27 @@ def test_random_create_bodies_get_a_response_or_a_4xx(fuzzed, replaced):
     elif r.json().get("background") and r.json()["status"] not in ("completed", "failed",
                                                                    "cancelled", "incomplete"):
         assert fuzzed.http.post(f"/v1/responses/{r.json()['id']}/cancel").status_code == 200
+
+
+def test_huge_inputs_do_not_hold_up_ordinary_requests():
+    """Tokenizing a multi-megabyte input takes seconds; such renders take turns on a
+    limiter of their own, so ordinary requests sent meanwhile are answered first instead of
+    queueing behind them (both huge ones are refused: longer than the context window)."""
+    huge = {"model": MODEL, "input": "hello world " * ((4 << 20) // 12), "max_output_tokens": 4}
+    finished: list[str] = []
+    with run_server() as srv:
+        def post_huge() -> None:
+            r = srv.http.post("/v1/responses", json=huge, timeout=300)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+            finished.append("huge")
+
+        threads = [threading.Thread(target=post_huge) for _ in range(2)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: srv.health()["generation"]["rendering"] == 2)
+        r = srv.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: hello"})
+        finished.append("ordinary")
+        for t in threads:
+            t.join()
+        assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "hello"
+        assert finished == ["ordinary", "huge", "huge"]

@@ -29,6 +29,10 @@ from .messages import ModelMessage, ModelStatisticsRequest, Release, Rendering, 
 
 log = logging.getLogger(__name__)
 
+# Chat templates whose text content is longer than this render one at a time, on a limiter
+# of their own: tokenizing takes about a second per MB here, and ordinary requests must not
+# queue behind such inputs (most of which are refused as longer than the context anyway).
+LARGE_RENDER_CHARS = 1 << 20
 # A consumer more than this many steps behind is cut off rather than stalling the batch.
 STREAM_BUFFER_STEPS = 4096
 INBOX_SIZE = 1024
@@ -54,6 +58,7 @@ class ModelStatistics:
     tokens_generated: int
     requests_admitted: int
     requests_rejected: int
+    rendering: int        # chat templates being rendered, or waiting for a render thread
     prompt_cache: PromptCacheStatistics
 
 
@@ -105,6 +110,7 @@ class ModelHandle:
         self.info = info
         self.tokenizer = tokenizer
         self._render_limiter = trio.CapacityLimiter(2)
+        self._large_render_limiter = trio.CapacityLimiter(1)   # see LARGE_RENDER_CHARS
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None,
                      template_kwargs: dict | None = None, *, submits: bool = True
@@ -121,10 +127,12 @@ class ModelHandle:
                                      param="input", code="invalid_prompt") from None
             return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
 
+        large = text_size(messages) + text_size(tools) > LARGE_RENDER_CHARS
         await self._inbox.send(Rendering(started=True))
         submitting = False
         try:
-            rendered = await trio.to_thread.run_sync(work, limiter=self._render_limiter)
+            rendered = await trio.to_thread.run_sync(
+                work, limiter=self._large_render_limiter if large else self._render_limiter)
             submitting = submits  # its Submit follows (unless the request fails first)
         finally:
             with trio.CancelScope(shield=True):  # the actor must hear of every render's end
@@ -146,6 +154,18 @@ class ModelHandle:
 
     async def statistics(self) -> ModelStatistics:
         return await ask(self._inbox, ModelStatisticsRequest)
+
+
+def text_size(value: Any) -> int:
+    """The characters of every string in a JSON-like value (keys included): what a chat
+    template will have to render and tokenize, without building any of it."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(k) + text_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(text_size(v) for v in value)
+    return 0
 
 
 class _EngineStopping(Exception):
@@ -437,6 +457,7 @@ class ModelActor:
             engine_alive=self._engine_alive, engine_restarts=self._restarts,
             engine_error=self._engine_error, steps=self._steps, tokens_generated=self._tokens,
             requests_admitted=self._admitted, requests_rejected=self._rejected,
+            rendering=self._arrivals.rendering,
             prompt_cache=PromptCacheStatistics(
                 max_bytes=self._prompt_cache_max, entries=self._prompt_cache_entries,
                 bytes=self._prompt_cache_bytes, hits=self._prompt_cache_hits,

@@ -479,7 +479,7 @@ async def health():
         "queue": {"depth": model.queue_depth, "max": model.queue_max},
         "generation": {"steps": model.steps, "tokens": model.tokens_generated,
                        "admitted": model.requests_admitted,
-                       "rejected": model.requests_rejected},
+                       "rejected": model.requests_rejected, "rendering": model.rendering},
         "prompt_cache": attrs.asdict(model.prompt_cache),
         "responses": {"live": registry.live, "started": registry.started,
                       "background_jobs": registry.background_jobs,
