@@ -86,3 +86,38 @@ def test_huge_inputs_do_not_hold_up_ordinary_requests():
             t.join()
         assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "hello"
         assert finished == ["ordinary", "huge", "huge"]
+
+
+def nested(levels: int) -> list:
+    """A JSON list nested `levels` deep: [] is one level, [[]] two."""
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/responses",
+                                  "/v1/responses/compact"])
+def test_bodies_nested_past_the_limit_are_400(fuzzed, path):
+    """MAX_JSON_DEPTH counts the body as level 1: chat_template_kwargs (level 2) holding a
+    list nested to level 64 is accepted, one level more is a 400 naming the field, and a
+    body nested 100,000 deep (deeper than the parser's stack) is a 400 too, never a 500."""
+    from triode.http.routes import MAX_JSON_DEPTH
+
+    def body(levels: int) -> dict:
+        return {"model": MODEL, "input": "Reply with: ok", "max_output_tokens": 4,
+                "chat_template_kwargs": {"deep": nested(levels)}}
+
+    at_limit = fuzzed.http.post(path, json=body(MAX_JSON_DEPTH - 2))
+    if path.endswith("/compact"):   # one short message: nothing to compact, refused for that
+        assert at_limit.status_code == 400, at_limit.text
+        assert "compaction cannot shorten" in at_limit.json()["error"]["message"]
+    else:
+        assert at_limit.status_code == 200, at_limit.text
+    over = fuzzed.http.post(path, json=body(MAX_JSON_DEPTH - 1))
+    assert over.status_code == 400, over.text
+    assert over.json()["error"]["param"] == "chat_template_kwargs"
+    assert f"more than {MAX_JSON_DEPTH} levels" in over.json()["error"]["message"]
+    abyss = '{"model": "%s", "input": %s}' % (MODEL, "[" * 100_000 + "]" * 100_000)
+    r = fuzzed.http.post(path, content=abyss, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "nested more than" in r.json()["error"]["message"]

@@ -45,14 +45,43 @@ def route(path: str, **kwargs: Any):
     return deco
 
 
+# Nesting levels a request body may have (the body itself is level 1). Far more than any
+# real request or JSON schema needs, and far below where parsing, structuring or a template
+# would run out of stack.
+MAX_JSON_DEPTH = 64
+
+
 async def json_body() -> Any:
     raw = await request.get_data()
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest(f"the JSON body is nested more than {MAX_JSON_DEPTH} levels "
+                             "deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(
             f"We could not parse the JSON body of your request ({exc}). The body must be "
             "valid JSON with Content-Type: application/json.") from None
+    check_depth(body)
+    return body
+
+
+def check_depth(body: Any) -> None:
+    """A 400 naming the top-level field whose value nests deeper than MAX_JSON_DEPTH."""
+    stack: list[tuple[Any, int, str | None]] = [(body, 1, None)]
+    while stack:
+        value, depth, field = stack.pop()
+        if isinstance(value, dict):
+            children = [(v, k if field is None and depth == 1 else field)
+                        for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(v, field) for v in value]
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(f"the JSON body is nested more than {MAX_JSON_DEPTH} levels "
+                                 "deep", param=field)
+        stack += [(v, depth + 1, f) for v, f in children]
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
