@@ -121,3 +121,30 @@ def test_bodies_nested_past_the_limit_are_400(fuzzed, path):
     abyss = '{"model": "%s", "input": %s}' % (MODEL, "[" * 100_000 + "]" * 100_000)
     r = fuzzed.http.post(path, content=abyss, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "nested more than" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("raw, param", [
+    ('"input": "Reply with: \\ud800"', "input"),
+    ('"input": "hi", "instructions": "\\udfff\\ud800"', "instructions"),
+    ('"input": "hi", "metadata": {"\\ud800": "v"}', "metadata"),
+    ('"input": [{"role": "user", "content": [{"type": "input_text", "text": "\\udc00"}]}]',
+     "input"),
+])
+def test_unpaired_surrogates_are_400_naming_the_field(fuzzed, raw, param):
+    """JSON may escape a lone UTF-16 surrogate, which no UTF-8 encoder (tokenizer, echo,
+    store) accepts: it is refused at the door, on every route that reads a body. Before,
+    these were 500s, or a reset connection when the echo could not be encoded."""
+    body = ('{"model": "%s", "max_output_tokens": 4, %s}' % (MODEL, raw)).encode()
+    for path in ("/v1/responses", "/v1/responses/input_tokens", "/v1/responses/compact"):
+        r = fuzzed.http.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["param"] == param and "unpaired surrogate" in r.text
+
+
+def test_a_surrogate_pair_is_one_character_and_accepted(fuzzed):
+    body = ('{"model": "%s", "max_output_tokens": 4, "input": "Reply with: \\ud83d\\ude00", '
+            '"metadata": {"k": "\\ud83d\\ude00"}}' % MODEL).encode()
+    r = fuzzed.http.post("/v1/responses", content=body,
+                         headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["metadata"] == {"k": "\N{GRINNING FACE}"}

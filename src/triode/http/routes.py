@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -62,18 +63,30 @@ async def json_body() -> Any:
         raise InvalidRequest(
             f"We could not parse the JSON body of your request ({exc}). The body must be "
             "valid JSON with Content-Type: application/json.") from None
-    check_depth(body)
+    check_body(body)
     return body
 
 
-def check_depth(body: Any) -> None:
-    """A 400 naming the top-level field whose value nests deeper than MAX_JSON_DEPTH."""
+_SURROGATE = re.compile("[\ud800-\udfff]")   # JSON can escape one alone; UTF-8 cannot hold it
+
+
+def check_body(body: Any) -> None:
+    """A 400 naming the top-level field whose value nests deeper than MAX_JSON_DEPTH or
+    holds a string (or key) with an unpaired UTF-16 surrogate, which no later step could
+    encode."""
     stack: list[tuple[Any, int, str | None]] = [(body, 1, None)]
     while stack:
         value, depth, field = stack.pop()
+        if isinstance(value, str):
+            if (bad := _SURROGATE.search(value)) is not None:
+                raise InvalidRequest(
+                    f"the JSON body has a string with an unpaired surrogate "
+                    f"(\\u{ord(bad.group()):04x}), which is not valid Unicode", param=field)
+            continue
         if isinstance(value, dict):
             children = [(v, k if field is None and depth == 1 else field)
                         for k, v in value.items()]
+            children += [(k, f) for (_, f), k in zip(children, value)]
         elif isinstance(value, list):
             children = [(v, field) for v in value]
         else:
