@@ -83,10 +83,9 @@ def check_body(body: Any) -> None:
                     f"the JSON body has a string with an unpaired surrogate "
                     f"(\\u{ord(bad.group()):04x}), which is not valid Unicode", param=field)
             continue
-        if isinstance(value, dict):
-            children = [(v, k if field is None and depth == 1 else field)
-                        for k, v in value.items()]
-            children += [(k, f) for (_, f), k in zip(children, value)]
+        if isinstance(value, dict):   # keys are strings to check too
+            children = [(x, k if field is None else field)
+                        for k, v in value.items() for x in (k, v)]
         elif isinstance(value, list):
             children = [(v, field) for v in value]
         else:
