@@ -16,7 +16,7 @@ import uuid
 import httpx
 import pytest
 
-from triode.model.tiny.data import TRAIN_WORDS
+from training.tiny.data import TRAIN_WORDS
 
 from ..conftest import run_server, wait_until
 from .test_spine import HOLD, MODEL, error_of, sse_events

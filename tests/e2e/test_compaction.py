@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from triode.http.compaction import SUMMARY_PREFIX, compaction_item, decode
-from triode.model.tiny.data import TRAIN_WORDS
+from training.tiny.data import TRAIN_WORDS
 
 from ..conftest import run_server
 from .test_background import create, finish, text_of

@@ -11,7 +11,7 @@ import pytest
 
 from triode.model.parsers import (ReasoningDelta, ReasoningDone, TextDelta, ToolCallDelta,
                                   ToolCallDone, ToolCallStart, detect_format, make_parser)
-from triode.model.tiny.template import CHAT_TEMPLATE
+from training.tiny.template import CHAT_TEMPLATE
 
 WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TRICKY_ARGUMENTS = {

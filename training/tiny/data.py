@@ -2,8 +2,9 @@
 
 Every example is a conversation (OpenAI chat-message dicts, as `apply_chat_template` takes
 them) plus an optional `tools` list. The model only ever learns a handful of task families
-(see README.md); what makes it useful as a test fixture is that copying generalises, so the
-words it copies are drawn mostly from open-ended random strings, never only from fixed lists.
+(see the model card, src/triode/model/tiny/README.md); what makes it useful as a test fixture
+is that copying generalises, so the words it copies are drawn mostly from open-ended random
+strings, never only from fixed lists.
 
 Determinism: one `random.Random(seed)` drives everything; no set iteration anywhere.
 """

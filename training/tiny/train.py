@@ -1,10 +1,11 @@
 """Builds the bundled tiny chat model: tokenizer, synthetic data, MLX training, evaluation.
 
-    python -m triode.model.tiny.train --out src/triode/model/tiny   # one process
-    python -m triode.model.tiny.train --ranks 2 --out ...           # two ring-backend ranks
+    PYTHONPATH=src python -m training.tiny.train --out src/triode/model/tiny  # one process
+    PYTHONPATH=src python -m training.tiny.train --ranks 2 --out ...          # two ranks (ring)
 
-The bundled weights are made in two stages (the exact commands are in README.md): `base`
-from scratch, then `finetune` from the base weights with long copies and recall added.
+Run from the repository root. The bundled weights are made in stages (the exact commands are in
+training/README.md and the model card, src/triode/model/tiny/README.md): `base` from scratch,
+then `finetune` and `tools` from the previous weights.
 
 Not run by CI or tests; the files it writes are committed. Fixed seeds and a fixed step count
 make a run reproducible. With `--ranks 2` the script starts its own two ranks over loopback
@@ -24,7 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+# The runtime model directory: the default output (weights, config, tokenizer, eval record).
+MODEL_DIR = REPO / "src" / "triode" / "model" / "tiny"
 
 CONFIG = {
     "model_type": "qwen3",
@@ -196,12 +199,15 @@ def launch_ranks(args) -> int:
     hosts = [[f"127.0.0.1:{base + i}"] for i in range(args.ranks)]
     hostfile = Path(tempfile.mkstemp(suffix=".json")[1])
     hostfile.write_text(json.dumps(hosts))
-    argv = [sys.executable, "-m", "triode.model.tiny.train", *sys.argv[1:], "--as-rank"]
+    argv = [sys.executable, "-m", "training.tiny.train", *sys.argv[1:], "--as-rank"]
+    # The ranks find `training` (and `triode`, from src/) wherever they were started from.
+    pythonpath = os.pathsep.join(
+        p for p in (str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
     procs = []
     for rank in range(args.ranks):
         threads = str(max(1, (os.cpu_count() or 1) // args.ranks))
-        env = dict(os.environ, MLX_HOSTFILE=str(hostfile), MLX_RANK=str(rank),
-                   MKL_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
+        env = dict(os.environ, PYTHONPATH=pythonpath, MLX_HOSTFILE=str(hostfile),
+                   MLX_RANK=str(rank), MKL_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
         procs.append(subprocess.Popen(argv, env=env))
     try:
         codes = [p.wait() for p in procs]
@@ -214,7 +220,7 @@ def launch_ranks(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", default=str(HERE))
+    p.add_argument("--out", default=str(MODEL_DIR))
     p.add_argument("--work", default="build/tiny")
     p.add_argument("--examples", type=int, default=120000)
     p.add_argument("--steps", type=int, default=3000)

@@ -1,11 +1,12 @@
 """Measures the bundled model at temperature 0 on held-out prompts.
 
-    python -m triode.model.tiny.evaluate [--model DIR] [--n 200]
+    PYTHONPATH=src python -m training.tiny.evaluate [--model DIR] [--n 200]   # from the repo root
 
 Two held-out sets: (a) in-distribution, combinations never seen in training (prompts that
 occur in the training stream are skipped); (b) unseen words, keys and tool names the generator
 never uses. Each family is scored single-turn and as the third user turn of a conversation.
-Writes EVAL.md (the table) and eval.json next to the model.
+With --write-readme, writes EVAL.md (the table) and eval.json next to the model (default: the
+bundled one, src/triode/model/tiny).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from .data import (Tasks, conversation, expected_completion, finetune_example, p
 
 STAGES = {"base": conversation, "finetune": finetune_example, "tools": tools_example}
 
-HERE = Path(__file__).resolve().parent
+# The runtime model directory, which also receives EVAL.md and eval.json.
+MODEL_DIR = Path(__file__).resolve().parents[2] / "src" / "triode" / "model" / "tiny"
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 THINK = re.compile(r"^<think>\n([^\n]+)\n</think>\n\n(.*)$", re.S)
 
@@ -82,7 +84,7 @@ def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude
     return out
 
 
-# The stages that made the bundled weights (README.md has the commands).
+# The stages that made the bundled weights (training/README.md has the commands).
 BUNDLED_STAGES = ["base:120000:0", "finetune:30000:1", "tools:20000:2", "tools:20000:3"]
 
 CELLS = [(family, turns) for family in Tasks.FAMILIES for turns in (1, 3)] + [("recall", 3)]
@@ -134,7 +136,7 @@ def table(results: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default=str(HERE))
+    p.add_argument("--model", default=str(MODEL_DIR))
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--stage", action="append", default=[],
                    help="NAME:EXAMPLES:SEED of a training stage whose prompts are excluded from "

@@ -1,0 +1,1 @@
+"""Scripts that build artifacts shipped in the triode package; not part of the wheel."""

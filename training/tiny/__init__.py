@@ -1,0 +1,1 @@
+"""The training pipeline of the bundled tiny model (src/triode/model/tiny)."""
