@@ -1,11 +1,32 @@
-"""One exception hierarchy, mapped to OpenAI's error body, type, code and HTTP status."""
+"""One exception hierarchy. `APIError` and its subclasses map to OpenAI's error body, type,
+code and HTTP status; the HTTP layer renders any of them without knowing which it is.
+
+    TriodeError
+    ├── SettingsError          a setting that cannot start a server (names the flag)
+    └── APIError               500 server_error
+        ├── InvalidRequest     400 (ModelNotFound, NotSupportedYet, ContextLengthExceeded,
+        │                           StoreDisabled, constraints.InvalidSchema)
+        ├── Unauthorized       401
+        ├── NotFound           404
+        ├── RateLimited        429
+        ├── ServerError        500
+        └── Overloaded         503
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-class APIError(Exception):
+class TriodeError(Exception):
+    """Every error triode raises on purpose."""
+
+
+class SettingsError(TriodeError, ValueError):
+    """A setting that cannot start a server; the message names the flag."""
+
+
+class APIError(TriodeError):
     status = 500
     type = "server_error"
     code: str | None = None
@@ -37,6 +58,10 @@ class NotSupportedYet(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class StoreDisabled(InvalidRequest):
+    """A store configured with `max_entries == 0`: its routes answer 400."""
 
 
 class NotFound(APIError):

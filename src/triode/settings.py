@@ -1,120 +1,99 @@
 """Settings: every command-line flag, its default and the environment variables it reads.
 
 The command line wins over the environment; among environment variables the `TRIODE_*` name
-wins over the seed's `LLAMA_ARG_*` / `MLXCEL_*` names. FLAGS is the one table: the argument
-parser, the environment reader and docs/configuration.md all come from it.
+wins over the seed's `LLAMA_ARG_*` / `MLXCEL_*` names. `Settings` is the one table: each field
+is a flag (`flag(default, help, env=...)`); FLAGS, the argument parser, the environment
+reader and docs/configuration.md all come from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable, Mapping, Sequence
+import typing
+from typing import Any, Callable, Mapping
 
 import attrs
+
+from .errors import SettingsError
 
 BUNDLED_MODEL = "bundled"
 
 
-def _bool(text: str) -> bool:
-    v = text.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
 @attrs.frozen
-class Flag:
-    name: str                      # --name
-    type: Callable[[str], Any]
-    default: Any
+class FlagInfo:
+    """What a setting's flag adds to its field: help text, the seed's extra environment
+    names (read after `TRIODE_*`) and the allowed values."""
+
     help: str
-    env: tuple[str, ...] = ()      # extra environment names (the seed's), after TRIODE_*
+    env: tuple[str, ...] = ()
     choices: tuple[str, ...] | None = None
 
-    @property
-    def field(self) -> str:
-        return self.name.replace("-", "_")
 
-    @property
-    def env_names(self) -> tuple[str, ...]:
-        return ("TRIODE_" + self.field.upper(), *self.env)
-
-
-FLAGS: tuple[Flag, ...] = (
-    Flag("host", str, "127.0.0.1", "address to listen on"),
-    Flag("port", int, 8080, "port to listen on (0 picks a free one)"),
-    Flag("model", str, BUNDLED_MODEL,
-         "local path or Hugging Face repo id of an mlx-lm model; default: the bundled tiny model"),
-    Flag("model-alias", str, None, "the name clients use in `model` (default: the model path)"),
-    Flag("parallel", int, 8, "generation slots: sequences decoded together in one batch"),
-    Flag("max-queue", int, 64, "requests that may wait for a slot; one more is a 503"),
-    Flag("context-length", int, None, "context window in tokens (default: the model's own)"),
-    Flag("api-key", str, None, "require `Authorization: Bearer KEY` on every route but /health"),
-    Flag("hosted-tools", str, "error",
-         "hosted tool types (web_search, mcp, ...): `error` answers 400, `ignore` drops them",
-         choices=("error", "ignore")),
-    Flag("blas", str, "auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
-         choices=("auto", "mkl", "none")),
-    Flag("prompt-cache-bytes", int, 2147483648,
-         "byte budget of the KV caches kept for reuse by prompts that start the same way "
-         "(LRU); 0 turns the prompt cache and the reasoning echo off"),
-    Flag("blas-threads", int, 0, "MKL threads on Linux: 0 = auto (1 for models with hidden "
-         "size under 512, MKL's default otherwise), N = at most N"),
-    Flag("log-level", str, "info", "logging level",
-         choices=("debug", "info", "warning", "error")),
-    Flag("responses-store-max-entries", int, 1024, "stored responses kept; 0 disables storage",
-         env=("LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES",)),
-    Flag("responses-store-max-bytes", int, 268435456,
-         "approximate byte budget of retained response JSON; 0 evicts at once",
-         env=("MLXCEL_RESPONSES_STORE_MAX_BYTES",)),
-    Flag("responses-store-ttl-secs", int, 3600, "seconds a stored response lives; 0 = no TTL",
-         env=("LLAMA_ARG_RESPONSES_STORE_TTL_SECS",)),
-    Flag("responses-background-max-jobs", int, 64,
-         "active background responses at once; 0 disables background mode",
-         env=("MLXCEL_RESPONSES_BACKGROUND_MAX_JOBS",)),
-    Flag("responses-background-ephemeral-ttl-secs", int, 600,
-         "seconds a finished background+store:false response stays pollable (minimum 1)",
-         env=("MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS",)),
-    Flag("conversation-store-max-entries", int, 256, "conversations kept; 0 disables them",
-         env=("LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES",)),
-    Flag("conversation-store-max-bytes", int, 67108864,
-         "approximate byte budget of retained transcripts; 0 evicts at once",
-         env=("MLXCEL_CONVERSATION_STORE_MAX_BYTES",)),
-    Flag("conversation-store-ttl-secs", int, 3600, "seconds a conversation lives; 0 = no TTL",
-         env=("LLAMA_ARG_CONVERSATION_STORE_TTL_SECS",)),
-    Flag("reasoning-echo-max-bytes", int, 16 * 1024 * 1024,
-         "byte budget of remembered reasoning items; 0 disables the echo",
-         env=("MLXCEL_REASONING_ECHO_MAX_BYTES",)),
-)
+def flag(default: Any, help: str, *, env: tuple[str, ...] = (),
+         choices: tuple[str, ...] | None = None) -> Any:
+    """A Settings field that is also a command-line flag and an environment variable."""
+    return attrs.field(default=default,
+                       metadata={"flag": FlagInfo(help, env, choices)})
 
 
 @attrs.frozen
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    model: str = BUNDLED_MODEL
-    model_alias: str | None = None
-    parallel: int = 8
-    max_queue: int = 64
-    context_length: int | None = None
-    api_key: str | None = None
-    hosted_tools: str = "error"
-    blas: str = "auto"
-    prompt_cache_bytes: int = 2147483648
-    blas_threads: int = 0
-    log_level: str = "info"
-    responses_store_max_entries: int = 1024
-    responses_store_max_bytes: int = 268435456
-    responses_store_ttl_secs: int = 3600
-    responses_background_max_jobs: int = 64
-    responses_background_ephemeral_ttl_secs: int = 600
-    conversation_store_max_entries: int = 256
-    conversation_store_max_bytes: int = 67108864
-    conversation_store_ttl_secs: int = 3600
-    reasoning_echo_max_bytes: int = 16 * 1024 * 1024
+    """Every setting, its default and its flag: the one place each is written. FLAGS,
+    the argument parser, the environment reader and docs/configuration.md derive from it."""
+
+    host: str = flag("127.0.0.1", "address to listen on")
+    port: int = flag(8080, "port to listen on (0 picks a free one)")
+    model: str = flag(BUNDLED_MODEL, "local path or Hugging Face repo id of an mlx-lm model; "
+                      "default: the bundled tiny model")
+    model_alias: str | None = flag(
+        None, "the name clients use in `model` (default: the model path)")
+    parallel: int = flag(8, "generation slots: sequences decoded together in one batch")
+    max_queue: int = flag(64, "requests that may wait for a slot; one more is a 503")
+    context_length: int | None = flag(
+        None, "context window in tokens (default: the model's own)")
+    api_key: str | None = flag(
+        None, "require `Authorization: Bearer KEY` on every route but /health")
+    hosted_tools: str = flag(
+        "error", "hosted tool types (web_search, mcp, ...): `error` answers 400, `ignore` "
+        "drops them", choices=("error", "ignore"))
+    blas: str = flag("auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
+                     choices=("auto", "mkl", "none"))
+    prompt_cache_bytes: int = flag(
+        2147483648, "byte budget of the KV caches kept for reuse by prompts that start the "
+        "same way (LRU); 0 turns the prompt cache and the reasoning echo off")
+    blas_threads: int = flag(
+        0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
+        "default otherwise), N = at most N")
+    log_level: str = flag("info", "logging level",
+                          choices=("debug", "info", "warning", "error"))
+    responses_store_max_entries: int = flag(
+        1024, "stored responses kept; 0 disables storage",
+        env=("LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES",))
+    responses_store_max_bytes: int = flag(
+        268435456, "approximate byte budget of retained response JSON; 0 evicts at once",
+        env=("MLXCEL_RESPONSES_STORE_MAX_BYTES",))
+    responses_store_ttl_secs: int = flag(
+        3600, "seconds a stored response lives; 0 = no TTL",
+        env=("LLAMA_ARG_RESPONSES_STORE_TTL_SECS",))
+    responses_background_max_jobs: int = flag(
+        64, "active background responses at once; 0 disables background mode",
+        env=("MLXCEL_RESPONSES_BACKGROUND_MAX_JOBS",))
+    responses_background_ephemeral_ttl_secs: int = flag(
+        600, "seconds a finished background+store:false response stays pollable (minimum 1)",
+        env=("MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS",))
+    conversation_store_max_entries: int = flag(
+        256, "conversations kept; 0 disables them",
+        env=("LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES",))
+    conversation_store_max_bytes: int = flag(
+        67108864, "approximate byte budget of retained transcripts; 0 evicts at once",
+        env=("MLXCEL_CONVERSATION_STORE_MAX_BYTES",))
+    conversation_store_ttl_secs: int = flag(
+        3600, "seconds a conversation lives; 0 = no TTL",
+        env=("LLAMA_ARG_CONVERSATION_STORE_TTL_SECS",))
+    reasoning_echo_max_bytes: int = flag(
+        16 * 1024 * 1024, "byte budget of remembered reasoning items; 0 disables the echo",
+        env=("MLXCEL_REASONING_ECHO_MAX_BYTES",))
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -138,8 +117,46 @@ class Settings:
             raise SettingsError("; ".join(problems))
 
 
-class SettingsError(ValueError):
-    """A setting that cannot start a server; the message names the flag."""
+@attrs.frozen
+class Flag:
+    """One Settings field seen as a flag (derived: see `_flags`)."""
+
+    name: str                      # --name
+    type: Callable[[str], Any]     # parses its command-line or environment text
+    default: Any
+    help: str
+    env: tuple[str, ...] = ()      # extra environment names (the seed's), after TRIODE_*
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def field(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        return ("TRIODE_" + self.field.upper(), *self.env)
+
+
+def _parser_for(annotation: Any) -> Callable[[str], Any]:
+    """int, str or bool from a field's type (`X | None` parses as X)."""
+    kinds = [k for k in typing.get_args(annotation) or (annotation,) if k is not type(None)]
+    (kind,) = kinds
+    if kind is int:
+        return int
+    if kind is str:
+        return str
+    raise TypeError(f"no flag parser for {annotation!r}")
+
+
+def _flags() -> tuple[Flag, ...]:
+    hints = typing.get_type_hints(Settings)
+    return tuple(
+        Flag(a.name.replace("_", "-"), _parser_for(hints[a.name]), a.default,
+             a.metadata["flag"].help, a.metadata["flag"].env, a.metadata["flag"].choices)
+        for a in attrs.fields(Settings))
+
+
+FLAGS: tuple[Flag, ...] = _flags()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,12 +186,6 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
         values[f.field] = f.default if value is None else value
     values.update(overrides)
     return Settings(**values)
-
-
-def parse(argv: Sequence[str] | None = None) -> Settings:
-    parser = argparse.ArgumentParser(prog="triode serve")
-    add_arguments(parser)
-    return resolve(vars(parser.parse_args(argv)))
 
 
 def markdown_table() -> str:

@@ -9,14 +9,18 @@ from __future__ import annotations
 import pytest
 import trio
 
-from triode.actors.events import new_id
 from triode.actors.model import ModelActor
-from triode.actors.output import OutputAssembler
 from triode.actors.registry import Registry
-from triode.actors.supervisor import Prepared, Supervisor
-from triode.model.engine import Engine, Sampling
+from triode.actors.supervisor import Supervisor
+from triode.model.engine import Engine
 from triode.model.loading import BUNDLED_PATH
 from triode.model.parsers import make_parser
+from triode.model.request import GenerationRequest, Sampling
+from triode.responses.ids import new_id
+from triode.responses.output import OutputAssembler
+from triode.responses.prepared import Prepared
+
+from .test_registry import a_plan
 
 
 class FlakyEngine(Engine):
@@ -49,15 +53,17 @@ async def start_job(registry, model, text: str, max_tokens: int = 200) -> Superv
         parser = make_parser(info.tool_format, reasoning=info.reasoning, starts_in_reasoning=False)
         return OutputAssembler(builder, parser, resolve=lambda name: None)
 
-    kept: list[dict] = []
+    class Keeper:
+        kept: list[dict] = []
 
-    async def on_terminal(obj, events):
-        kept.append(obj)
+        async def keep(self, plan, obj, events):
+            self.kept.append(obj)
 
+    turn = a_plan(background=True)
+    generation = GenerationRequest(rendered.tokens, max_tokens, Sampling(temperature=0.0))
     handle = await registry.start(lambda: Supervisor(
-        response_id=new_id("resp"), ready=Prepared(rendered.tokens, max_tokens, assemble),
-        sampling=Sampling(temperature=0.0), echo={}, model=model,
-        background=True, on_terminal=on_terminal), background=True)
+        response_id=new_id("resp"), plan=turn, ready=Prepared(turn, generation, assemble),
+        model=model, background=True, keeper=Keeper()), background=True)
     return handle
 
 

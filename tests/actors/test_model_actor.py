@@ -10,7 +10,8 @@ import trio.testing
 
 from triode.actors.model import LARGE_RENDER_CHARS, ModelActor, text_size
 from triode.errors import Overloaded
-from triode.model.engine import Insert, Sampling, StepOutput
+from triode.model.engine import Insert, StepOutput
+from triode.model.request import GenerationRequest
 from triode.model.loading import ModelInfo
 
 
@@ -39,7 +40,7 @@ class FakeEngine:
             for cmd in commands:
                 if isinstance(cmd, Insert):
                     self.inserted.append(cmd.uid)
-                    active[cmd.uid] = [0, cmd.max_tokens]
+                    active[cmd.uid] = [0, cmd.request.max_tokens]
                 else:
                     active.pop(cmd.uid, None)
             outputs = []
@@ -62,7 +63,7 @@ async def test_outputs_arrive_in_order_and_end_with_a_finish_reason():
     """A request gets its tokens in order and the channel ends after the finish."""
     async with trio.open_nursery() as nursery:
         _, model = await start(nursery)
-        async with model.generate([1, 2], 3, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1, 2], 3)) as adm:
             outs = [o async for o in adm.outputs]
         assert [o.text for o in outs] == ["t1 ", "t2 ", "t3 "]
         assert [o.finish_reason for o in outs] == [None, None, "length"]
@@ -73,16 +74,16 @@ async def test_slots_then_queue_then_overloaded():
     """parallel requests run, max_queue wait, one more is Overloaded; release admits a waiter."""
     async with trio.open_nursery() as nursery:
         _, model = await start(nursery, parallel=2, max_queue=1)
-        a_cm = model.generate([1], 10_000, Sampling())
+        a_cm = model.generate(GenerationRequest([1], 10_000))
         await a_cm.__aenter__()
-        b_cm = model.generate([1], 10_000, Sampling())
+        b_cm = model.generate(GenerationRequest([1], 10_000))
         await b_cm.__aenter__()
-        c_cm = model.generate([1], 5, Sampling())
+        c_cm = model.generate(GenerationRequest([1], 5))
         c = await c_cm.__aenter__()
         stats = await model.statistics()
         assert (stats.slots_busy, stats.queue_depth) == (2, 1)
         with pytest.raises(Overloaded):
-            async with model.generate([1], 5, Sampling()):
+            async with model.generate(GenerationRequest([1], 5)):
                 pass
         assert (await model.statistics()).requests_rejected == 1
         await b_cm.__aexit__(None, None, None)           # b leaves: c takes its slot
@@ -99,11 +100,11 @@ async def test_release_frees_the_slot_at_once():
     """Leaving the generate block frees the slot before the sequence would have finished."""
     async with trio.open_nursery() as nursery:
         _, model = await start(nursery, parallel=1, max_queue=0)
-        async with model.generate([1], 1_000_000, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1], 1_000_000)) as adm:
             await adm.outputs.receive()
             assert (await model.statistics()).slots_busy == 1
         assert (await model.statistics()).slots_busy == 0
-        async with model.generate([1], 2, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1], 2)) as adm:
             assert len([o async for o in adm.outputs]) == 2
         nursery.cancel_scope.cancel()
 
@@ -112,8 +113,8 @@ async def test_slow_consumer_is_cut_off_not_waited_for():
     """A consumer that stops reading is cut off once its buffer fills; others keep going."""
     async with trio.open_nursery() as nursery:
         _, model = await start(nursery, parallel=2, max_queue=0, stream_buffer=4)
-        async with model.generate([1], 1_000_000, Sampling()) as slow:
-            async with model.generate([1], 50, Sampling()) as fast:
+        async with model.generate(GenerationRequest([1], 1_000_000)) as slow:
+            async with model.generate(GenerationRequest([1], 50)) as fast:
                 outs = [o async for o in fast.outputs]
             assert outs[-1].finish_reason == "length"
             with trio.fail_after(10):
@@ -132,7 +133,7 @@ async def test_idle_engine_parks_until_work_arrives():
         steps = (await model.statistics()).steps
         await trio.sleep(0.05)
         assert (await model.statistics()).steps == steps
-        async with model.generate([1], 2, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1], 2)) as adm:
             assert len([o async for o in adm.outputs]) == 2
         nursery.cancel_scope.cancel()
 
@@ -165,14 +166,14 @@ async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
     async with trio.open_nursery() as nursery:
         actor = ModelActor(model="fake", parallel=2, max_queue=1, engine_factory=DyingEngine)
         model = await nursery.start(actor.run)
-        async with model.generate([1], 1_000, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1], 1_000)) as adm:
             outs = [o async for o in adm.outputs]
         assert outs and outs[-1].finish_reason is None
         stats = await model.statistics()
         assert not stats.engine_alive and stats.slots_busy == 0
         assert stats.engine_error == "RuntimeError: boom" and stats.engine_restarts == 0
         # Submitted while the engine restarts: it waits for the fresh engine.
-        async with model.generate([1], 3, Sampling()) as adm:
+        async with model.generate(GenerationRequest([1], 3)) as adm:
             outs = [o async for o in adm.outputs]
         assert [o.finish_reason for o in outs] == [None, None, "length"]
         stats = await model.statistics()
@@ -203,7 +204,7 @@ async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):
                 await trio.sleep(0.01)
             with pytest.raises(ServerError, match="broken for good"):
                 while True:  # the last death is reported a moment after the last restart
-                    async with model.generate([1], 3, Sampling()) as adm:
+                    async with model.generate(GenerationRequest([1], 3)) as adm:
                         [o async for o in adm.outputs]
                     await trio.sleep(0.01)
         stats = await model.statistics()
@@ -244,7 +245,7 @@ async def test_inserts_wait_for_a_request_still_being_rendered(monkeypatch):
         actor = ModelActor(model="fake", parallel=4, max_queue=4, engine_factory=GatedEngine)
         model = await nursery.start(actor.run)
         engine = FakeEngine.last
-        async with model.generate([1], 2, Sampling()) as alone:
+        async with model.generate(GenerationRequest([1], 2)) as alone:
             assert len([o async for o in alone.outputs]) == 2
         assert engine.batches == [[alone.uid]]
 
@@ -252,13 +253,13 @@ async def test_inserts_wait_for_a_request_still_being_rendered(monkeypatch):
 
         async def render_then_generate():
             rendered = await model.render([{"role": "user", "content": "hi"}])
-            async with model.generate(rendered.tokens, 2, Sampling()) as adm:
+            async with model.generate(GenerationRequest(rendered.tokens, 2)) as adm:
                 second.append(adm.uid)
                 assert len([o async for o in adm.outputs]) == 2
 
         nursery.start_soon(render_then_generate)
         await trio.testing.wait_all_tasks_blocked()   # the render is in flight, gated
-        async with model.generate([1], 2, Sampling()) as first:
+        async with model.generate(GenerationRequest([1], 2)) as first:
             await trio.sleep(0.05)
             assert engine.batches == [[alone.uid]], "held while the other request renders"
             GatedEngine.tokenizer.gate.set()

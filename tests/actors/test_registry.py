@@ -6,19 +6,30 @@ import pytest
 import trio
 
 from triode.actors.model import ModelActor
-from triode.actors.output import OutputAssembler
 from triode.actors.registry import Registry
-from triode.actors.supervisor import Prepared, Supervisor
+from triode.actors.supervisor import Supervisor
 from triode.errors import Overloaded
-from triode.model.engine import Sampling
 from triode.model.parsers import make_parser
+from triode.model.request import GenerationRequest, Sampling
+from triode.responses.convert import structure
+from triode.responses.output import OutputAssembler
+from triode.responses.prepared import Prepared
+from triode.responses.translate import plan
+from triode.responses.wire import CreateResponse
 
 from .test_model_actor import FakeEngine
 
 
+def a_plan(**fields):
+    """The plan of a minimal real request."""
+    return plan(structure({"model": "m", "input": "x", **fields}, CreateResponse), Sampling())
+
+
 def supervisor(model, rid: str, max_tokens: int) -> Supervisor:
-    return Supervisor(response_id=rid, ready=Prepared([1, 2], max_tokens, plain_text),
-                      sampling=Sampling(), echo={}, model=model)
+    turn = a_plan()
+    return Supervisor(response_id=rid, plan=turn,
+                      ready=Prepared(turn, GenerationRequest([1, 2], max_tokens), plain_text),
+                      model=model)
 
 
 def plain_text(builder):

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from triode.http.compaction import SUMMARY_PREFIX, compaction_item, decode
+from triode.responses.compaction import SUMMARY_PREFIX, compaction_item, decode
 from training.tiny.data import TRAIN_WORDS
 
 from ..conftest import run_server

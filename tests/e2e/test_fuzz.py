@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triode.http.wire import CreateResponse
+from triode.responses.wire import CreateResponse
 
 from ..conftest import run_server, wait_until
 from .test_spine import MODEL
@@ -102,7 +102,7 @@ def test_bodies_nested_past_the_limit_are_400(fuzzed, path):
     """MAX_JSON_DEPTH counts the body as level 1: chat_template_kwargs (level 2) holding a
     list nested to level 64 is accepted, one level more is a 400 naming the field, and a
     body nested 100,000 deep (deeper than the parser's stack) is a 400 too, never a 500."""
-    from triode.http.routes import MAX_JSON_DEPTH
+    from triode.http.body import MAX_JSON_DEPTH
 
     def body(levels: int) -> dict:
         return {"model": MODEL, "input": "Reply with: ok", "max_output_tokens": 4,

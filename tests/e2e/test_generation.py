@@ -8,7 +8,7 @@ import json
 import pydantic
 import pytest
 
-from triode.http.tools import HOSTED_TYPES
+from triode.responses.tools import HOSTED_TYPES
 
 from .test_spine import MODEL, error_of, sse_events
 

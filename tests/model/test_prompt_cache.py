@@ -6,12 +6,12 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from triode.model.engine import PromptCache  # noqa: E402
-from triode.model.loading import BUNDLED_MODEL, load  # noqa: E402
+from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model():
-    return load(BUNDLED_MODEL)[0]
+    return load(str(BUNDLED_PATH))[0]
 
 
 def kv_for(model, tokens: list[int]):

@@ -1,19 +1,18 @@
 """Mailbox messages: frozen attrs classes, one union per mailbox.
 
 Actor messages never reuse wire types: the HTTP layer translates a validated request into
-plain values (token ids, `Sampling`, a compiled grammar) before any actor sees it.
+plain values (a `GenerationRequest`: token ids, sampling, a compiled grammar) before any actor
+sees it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import trio
 
-from ..model.engine import Command, Sampling, StepOutput
-
-Reply = trio.MemorySendChannel
+from ..model.engine import Command, StepOutput
+from ..model.request import GenerationRequest
+from .mailbox import ReplyChannel as Reply
 
 
 # ---- ModelActor mailbox ---------------------------------------------------------------------
@@ -22,12 +21,8 @@ Reply = trio.MemorySendChannel
 class Submit:
     """Asks for a generation slot; replies with an `Admission` or raises Overloaded."""
 
-    prompt: tuple[int, ...]
-    max_tokens: int
-    sampling: Sampling
-    grammar: Any
-    top_logprobs: int | None
-    reply: Reply
+    request: GenerationRequest
+    reply: Reply[Admission]
 
 
 @attrs.frozen
@@ -58,10 +53,46 @@ class Step:
 
 @attrs.frozen
 class ModelStatisticsRequest:
-    reply: Reply
+    reply: Reply[ModelStatistics]
+
+
+# ---- replies ----------------------------------------------------------------------------------
+
+@attrs.frozen
+class Admission:
+    """The reply to Submit: where the request's step outputs arrive."""
+
+    uid: int
+    outputs: trio.MemoryReceiveChannel[StepOutput]
+
+
+@attrs.frozen
+class ModelStatistics:
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    queue_max: int
+    engine_alive: bool
+    engine_restarts: int
+    engine_error: str | None   # the last engine failure, if any
+    steps: int
+    tokens_generated: int
+    requests_admitted: int
+    requests_rejected: int
+    rendering: int        # chat templates being rendered, or waiting for a render thread
+    prompt_cache: PromptCacheStatistics
+
+
+@attrs.frozen
+class PromptCacheStatistics:
+    max_bytes: int        # --prompt-cache-bytes; 0: off
+    entries: int          # cached sequences, as the engine last reported
+    bytes: int
+    hits: int             # requests whose prefill started from a cached prefix
+    cached_tokens: int    # prompt tokens those requests did not prefill
 
 
 ModelMessage = Submit | Release | Rendering | ModelStatisticsRequest
 
-__all__ = ["Command", "ModelMessage", "Release", "Rendering", "Step", "Submit",
-           "ModelStatisticsRequest"]
+__all__ = ["Admission", "Command", "ModelMessage", "ModelStatistics", "ModelStatisticsRequest",
+           "PromptCacheStatistics", "Release", "Rendering", "Step", "Submit"]

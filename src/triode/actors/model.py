@@ -12,20 +12,23 @@ requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` de
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import deque
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
-from ..model.engine import Command, Engine, Insert, Remove, Sampling, StepOutput
+from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import ModelInfo
+from ..model.request import GenerationRequest, Rendered
 from .mailbox import answer, ask
-from .messages import ModelMessage, ModelStatisticsRequest, Release, Rendering, Step, Submit
+from .messages import (Admission, ModelMessage, ModelStatistics, ModelStatisticsRequest,
+                       PromptCacheStatistics, Release, Rendering, Step, Submit)
 
 log = logging.getLogger(__name__)
 
@@ -45,40 +48,6 @@ RESTART_WINDOW = 300.0    # seconds
 RESTART_DELAY = 0.5       # seconds before the first restart; doubles with each recent death
 
 
-@attrs.frozen
-class ModelStatistics:
-    slots_total: int
-    slots_busy: int
-    queue_depth: int
-    queue_max: int
-    engine_alive: bool
-    engine_restarts: int
-    engine_error: str | None   # the last engine failure, if any
-    steps: int
-    tokens_generated: int
-    requests_admitted: int
-    requests_rejected: int
-    rendering: int        # chat templates being rendered, or waiting for a render thread
-    prompt_cache: PromptCacheStatistics
-
-
-@attrs.frozen
-class PromptCacheStatistics:
-    max_bytes: int        # --prompt-cache-bytes; 0: off
-    entries: int          # cached sequences, as the engine last reported
-    bytes: int
-    hits: int             # requests whose prefill started from a cached prefix
-    cached_tokens: int    # prompt tokens those requests did not prefill
-
-
-@attrs.frozen
-class Rendered:
-    """A chat template's output: the token ids and the text they encode."""
-
-    tokens: list[int]
-    text: str
-
-
 @attrs.define
 class Arrivals:
     """Requests between arrival and Submit, as far as the model knows: chat templates being
@@ -93,28 +62,22 @@ class Arrivals:
         return bool(self.rendering or self.rendered)
 
 
-@attrs.frozen
-class Admission:
-    """The reply to Submit: where the request's step outputs arrive."""
-
-    uid: int
-    outputs: trio.MemoryReceiveChannel
-
-
 class ModelHandle:
     """What callers hold. The tokenizer is read-only after load, so rendering runs in worker
     threads without a round trip through the actor."""
 
-    def __init__(self, inbox: trio.MemorySendChannel, info: ModelInfo, tokenizer: Any):
+    def __init__(self, inbox: trio.MemorySendChannel[ModelMessage], info: ModelInfo,
+                 tokenizer: Any):
         self._inbox = inbox
         self.info = info
         self.tokenizer = tokenizer
         self._render_limiter = trio.CapacityLimiter(2)
         self._large_render_limiter = trio.CapacityLimiter(1)   # see LARGE_RENDER_CHARS
 
-    async def render(self, messages: list[dict], tools: list[dict] | None = None,
-                     template_kwargs: dict | None = None, *, submits: bool = True
-                     ) -> "Rendered":
+    async def render(self, messages: list[dict[str, Any]],
+                     tools: list[dict[str, Any]] | None = None,
+                     template_kwargs: dict[str, Any] | None = None, *, submits: bool = True
+                     ) -> Rendered:
         """Renders and tokenizes a chat in a worker thread. `submits=False` says no Submit
         follows (counting tokens only), so the actor does not hold Inserts waiting for it."""
         def work() -> Rendered:
@@ -140,12 +103,9 @@ class ModelHandle:
         return rendered
 
     @asynccontextmanager
-    async def generate(self, prompt: list[int], max_tokens: int, sampling: Sampling,
-                       grammar: Any = None, top_logprobs: int | None = None
-                       ) -> AsyncIterator[Admission]:
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Admission]:
         """Holds a slot (or a place in the queue) for the duration of the block."""
-        admission: Admission = await ask(self._inbox, lambda r: Submit(
-            tuple(prompt), max_tokens, sampling, grammar, top_logprobs, r))
+        admission: Admission = await ask(self._inbox, lambda r: Submit(request, r))
         try:
             yield admission
         finally:
@@ -168,6 +128,12 @@ def text_size(value: Any) -> int:
     return 0
 
 
+class EngineRunner(Protocol):
+    """What the actor runs in its engine thread (`model.engine.Engine`; a fake in tests)."""
+
+    def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None: ...
+
+
 class _EngineStopping(Exception):
     """Raised in the engine thread by its exchange once the actor is shutting down."""
 
@@ -175,24 +141,19 @@ class _EngineStopping(Exception):
 @attrs.define
 class _Request:
     uid: int
-    prompt: tuple[int, ...]
-    max_tokens: int
-    sampling: Sampling
-    grammar: Any
-    top_logprobs: int | None
-    outputs: trio.MemorySendChannel
+    request: GenerationRequest
+    outputs: trio.MemorySendChannel[StepOutput]
 
 
 class ModelActor:
     def __init__(self, *, model: str, parallel: int, max_queue: int,
                  context_length: int | None = None, blas_threads: int = 0,
                  prompt_cache_bytes: int = 0,
-                 engine_factory: Callable[..., Any] = Engine,
+                 engine_factory: Callable[..., EngineRunner] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
-        self._new_engine = lambda: engine_factory(model, parallel=parallel,
-                                                  context_length=context_length,
-                                                  blas_threads=blas_threads,
-                                                  prompt_cache_bytes=prompt_cache_bytes)
+        self._new_engine: Callable[[], EngineRunner] = functools.partial(
+            engine_factory, model, parallel=parallel, context_length=context_length,
+            blas_threads=blas_threads, prompt_cache_bytes=prompt_cache_bytes)
         self._prompt_cache_max = prompt_cache_bytes
         self._parallel = parallel
         self._max_queue = max_queue
@@ -222,7 +183,8 @@ class ModelActor:
         self._prompt_cache_hits = 0
         self._prompt_cache_tokens = 0
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[ModelHandle] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
         send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -244,7 +206,8 @@ class ModelActor:
                     case ModelStatisticsRequest(reply=reply):
                         answer(reply, self._statistics)
 
-    async def _run_engine(self, inbox: trio.MemorySendChannel, *, task_status) -> None:
+    async def _run_engine(self, inbox: trio.MemorySendChannel[ModelMessage], *,
+                          task_status: trio.TaskStatus[tuple[ModelInfo, Any]]) -> None:
         """Runs the engine thread; starts a fresh one when it dies after a successful load.
 
         The engine's callbacks (`started`, the posted `_step`) and this task's reaction to
@@ -333,20 +296,24 @@ class ModelActor:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
         send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
-        req = _Request(self._next_uid, msg.prompt, msg.max_tokens, msg.sampling, msg.grammar,
-                       msg.top_logprobs, send)
+        req = _Request(self._next_uid, msg.request, send)
         self._next_uid += 1
         if len(self._active) < self._parallel:
             self._admit(req)
         else:
-            self._waiting.append(req)
+            self._enqueue(req)
         return Admission(req.uid, recv)
+
+    def _enqueue(self, req: _Request) -> None:
+        """Higher priority first; arrival order within one priority."""
+        after = next((i for i in range(len(self._waiting), 0, -1)
+                      if self._waiting[i - 1].request.priority >= req.request.priority), 0)
+        self._waiting.insert(after, req)
 
     def _admit(self, req: _Request) -> None:
         self._active[req.uid] = req
         self._admitted += 1
-        self._pending.append(Insert(req.uid, req.prompt, req.max_tokens, req.sampling,
-                                    req.grammar, req.top_logprobs))
+        self._pending.append(Insert(req.uid, req.request))
         self._flush()
 
     def _free_slot(self, uid: int) -> None:

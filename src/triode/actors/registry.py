@@ -15,7 +15,7 @@ import outcome
 import trio
 
 from ..errors import RateLimited
-from .mailbox import answer, ask, reply_with
+from .mailbox import ReplyChannel, answer, ask, reply_with
 from .supervisor import Supervisor, SupervisorHandle
 
 INBOX_SIZE = 256
@@ -25,24 +25,24 @@ INBOX_SIZE = 256
 class Start:
     make: Callable[[], Supervisor]
     background: bool
-    reply: trio.MemorySendChannel
+    reply: ReplyChannel[SupervisorHandle]
 
 
 @attrs.frozen
 class Cancel:
     response_id: str
-    reply: trio.MemorySendChannel
+    reply: ReplyChannel[SupervisorHandle | None]
 
 
 @attrs.frozen
 class Lookup:
     response_id: str
-    reply: trio.MemorySendChannel
+    reply: ReplyChannel[SupervisorHandle | None]
 
 
 @attrs.frozen
 class RegistryStatisticsRequest:
-    reply: trio.MemorySendChannel
+    reply: ReplyChannel[RegistryStatistics]
 
 
 RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest
@@ -57,7 +57,7 @@ class RegistryStatistics:
 
 
 class RegistryHandle:
-    def __init__(self, inbox: trio.MemorySendChannel):
+    def __init__(self, inbox: trio.MemorySendChannel[RegistryMessage]):
         self._inbox = inbox
 
     async def start(self, make: Callable[[], Supervisor], *,
@@ -84,7 +84,8 @@ class Registry:
         self._max_jobs = background_max_jobs
         self._started = 0
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[RegistryHandle] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
         send, inbox = trio.open_memory_channel[RegistryMessage](INBOX_SIZE)
         async with trio.open_nursery() as nursery:
             task_status.started(RegistryHandle(send))
@@ -117,14 +118,16 @@ class Registry:
             handle.cancel()
         return handle
 
-    async def _supervise(self, sup: Supervisor, background: bool, *, task_status) -> None:
+    async def _supervise(self, sup: Supervisor, background: bool, *,
+                         task_status: trio.TaskStatus[SupervisorHandle]) -> None:
         # Runs inside the registry's nursery: the registry's own task tree owns `_live`.
         registry = self
 
         class Registering:
             """Registers the supervisor the moment it is admitted, before anyone can look."""
 
-            def started(self, handle: SupervisorHandle) -> None:
+            def started(self, handle: SupervisorHandle | None = None) -> None:
+                assert handle is not None
                 registry._live[sup.response_id] = handle
                 if background:
                     registry._jobs.add(sup.response_id)

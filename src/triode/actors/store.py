@@ -20,14 +20,11 @@ from typing import Any, Callable, Iterable
 import attrs
 import trio
 
-from triode.actors.budget import BudgetedMap, BudgetStatistics
-from triode.actors.mailbox import ReplyChannel, answer, ask
+from ..errors import StoreDisabled
+from .budget import BudgetedMap, BudgetStatistics
+from .mailbox import ReplyChannel, answer, ask
 
 MAILBOX_SIZE = 64
-
-
-class StoreDisabled(Exception):
-    """The store was configured with `max_entries == 0`; the HTTP layer answers 400."""
 
 
 def encode_json(obj: Any) -> bytes:
@@ -54,7 +51,7 @@ class StoredResponse:
 
 @attrs.frozen
 class GetStatistics:
-    reply: ReplyChannel
+    reply: ReplyChannel[BudgetStatistics]
 
 
 # The response store's mailbox.
@@ -67,31 +64,31 @@ class PutResponse:
     pinned: bool
     ephemeral: bool
     reserve: int          # the least it counts as (see ResponseStoreHandle.put)
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 @attrs.frozen
 class GetResponse:
     response_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel["StoredResponse | None"]
 
 
 @attrs.frozen
 class DeleteResponse:
     response_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 @attrs.frozen
 class PinResponse:
     response_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 @attrs.frozen
 class UnpinResponse:
     response_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 ResponseStoreMessage = (
@@ -110,20 +107,20 @@ ResponseStoreMessage = (
 @attrs.frozen
 class GetConversation:
     conversation_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel["tuple[bytes, ...] | None"]
 
 
 @attrs.frozen
 class AppendConversation:
     conversation_id: str
     items: tuple[bytes, ...]
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 @attrs.frozen
 class DeleteConversation:
     conversation_id: str
-    reply: ReplyChannel
+    reply: ReplyChannel[bool]
 
 
 ConversationStoreMessage = (
@@ -133,7 +130,7 @@ ConversationStoreMessage = (
 
 @attrs.frozen
 class _StoreHandle:
-    _inbox: trio.MemorySendChannel
+    _inbox: trio.MemorySendChannel[Any]
     _disabled_reason: str | None
 
     def check_enabled(self) -> None:
@@ -201,7 +198,8 @@ class ConversationStoreHandle(_StoreHandle):
     async def get(self, conversation_id: str) -> list[Any] | None:
         """Returns a fresh copy of the transcript, or None; counts as a use for LRU."""
         self.check_enabled()
-        items = await ask(self._inbox, lambda reply: GetConversation(conversation_id, reply))
+        items: tuple[bytes, ...] | None = await ask(
+            self._inbox, lambda reply: GetConversation(conversation_id, reply))
         return None if items is None else [json.loads(item) for item in items]
 
     async def append(self, conversation_id: str, items: Iterable[Any]) -> bool:
@@ -234,7 +232,7 @@ class _BudgetedStore:
         )
         self._clock = clock
 
-    async def _next_message(self, inbox: trio.MemoryReceiveChannel) -> Any | None:
+    async def _next_message(self, inbox: trio.MemoryReceiveChannel[Any]) -> Any | None:
         """The next mailbox message; or None after sweeping, when the next entry expires
         first (so expired entries give their memory back even if nobody reads them)."""
         deadline = self._entries.next_expiry()
@@ -243,7 +241,7 @@ class _BudgetedStore:
         self._entries.sweep(self._clock())
         return None
 
-    async def _serve(self, inbox: trio.MemoryReceiveChannel, handle: Callable[[Any], None]
+    async def _serve(self, inbox: trio.MemoryReceiveChannel[Any], handle: Callable[[Any], None]
                      ) -> None:
         while True:
             try:
@@ -338,7 +336,7 @@ class RememberReasoning:
 @attrs.frozen
 class RecallReasoning:
     keys: tuple[str, ...]
-    reply: ReplyChannel
+    reply: ReplyChannel["list[str | None]"]
 
 
 ReasoningEchoMessage = RememberReasoning | RecallReasoning | GetStatistics
@@ -346,7 +344,7 @@ ReasoningEchoMessage = RememberReasoning | RecallReasoning | GetStatistics
 
 @attrs.frozen
 class ReasoningEchoHandle:
-    _inbox: trio.MemorySendChannel
+    _inbox: trio.MemorySendChannel[ReasoningEchoMessage]
     enabled: bool
 
     async def remember(self, turns: Iterable[tuple[str, str]]) -> None:

@@ -8,73 +8,83 @@ append-only, so a late reader replays what exists and then follows live.
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
-import attrs
 import trio
 
 from ..errors import APIError, InvalidRequest
-from ..model.engine import Sampling
-from .events import ResponseBuilder, usage
-from .lifecycle import Event, Status, is_terminal, next_status
+from ..responses.builder import ResponseBuilder
+from ..responses.ids import usage
+from ..responses.lifecycle import Event, Status, is_terminal, next_status
+from ..responses.output import OutputAssembler, StopMatcher
+from ..responses.prepared import Prepared
+from ..responses.translate import Plan
 from .model import ModelHandle
-from .output import OutputAssembler, StopMatcher
 
 log = logging.getLogger(__name__)
 
 TERMINAL_HOOK_TIMEOUT = 5.0
 
-
-@attrs.frozen
-class Compacted:
-    """A compaction done before generation: its item and the input sizes around it."""
-
-    item: dict[str, Any]
-    before: int
-    after: int
+PrepareLater = Callable[[], Awaitable[Prepared]]
 
 
-@attrs.frozen
-class Prepared:
-    """A rendered prompt ready for generation, and how its output is assembled."""
+class Keeper(Protocol):
+    """What a response's end is handed to, before anyone is told it ended (the turn
+    service: store the response, extend its conversation, remember its reasoning)."""
 
-    prompt: list[int]
-    max_tokens: int
-    assemble: Callable[[ResponseBuilder], OutputAssembler]
-    grammar: Any = None
-    compaction: Compacted | None = None
+    async def keep(self, plan: Plan, obj: dict[str, Any],
+                   events: list[dict[str, Any]]) -> None: ...
 
 
 class Supervisor:
-    def __init__(self, *, response_id: str, ready: Prepared | Callable[[], Awaitable[Prepared]],
-                 sampling: Sampling, echo: dict[str, Any], model: ModelHandle,
-                 stop: list[str] = (), top_logprobs: int | None = None,
-                 background: bool = False,
-                 on_terminal: Callable[[dict[str, Any], list[dict]], Awaitable[None]] | None = None):
-        """`ready` is the prepared prompt, or an async function that prepares it inside the
+    def __init__(self, *, response_id: str, plan: Plan, ready: Prepared | PrepareLater,
+                 model: ModelHandle, background: bool = False, keeper: Keeper | None = None):
+        """`ready` is the prepared turn, or an async function that prepares it inside the
         job while it is queued (a background job that compacts its history first): a
-        refusal there fails the job (`invalid_prompt`) instead of the create call."""
+        refusal there fails the job (`invalid_prompt`) instead of the create call. `plan`
+        is the turn as requested; the keeper gets the prepared one's (compacted) plan."""
         self.response_id = response_id
         self.background = background
+        self._plan = plan
         self._ready = ready if isinstance(ready, Prepared) else None
         self._prepare = None if isinstance(ready, Prepared) else ready
-        self._sampling = sampling
         self._model = model
-        self._on_terminal = on_terminal
-        self.builder = ResponseBuilder(response_id, echo, background=background)
+        self._keeper = keeper
+        self.builder = ResponseBuilder(response_id, plan.echo, background=background)
         self.builder.created()
-        self._output = self._ready.assemble(self.builder) if self._ready else None
-        self._stops = StopMatcher(list(stop))
-        self._top_logprobs = top_logprobs
+        self._output: OutputAssembler | None = None
+        self._stops = StopMatcher([])
+        if self._ready is not None:
+            self._take(self._ready)
         self.status = Status.QUEUED
         self._changed = trio.Event()
         self._done = trio.Event()
         self._scope = trio.CancelScope()
         self._cancel_requested = False
         self._admitted = False
-        self._task_status = trio.TASK_STATUS_IGNORED
+        self._task_status: trio.TaskStatus[SupervisorHandle] = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
         self._cached_tokens = 0
+
+    def _take(self, ready: Prepared) -> None:
+        self._ready = ready
+        self._plan = ready.plan
+        self._output = ready.assemble(self.builder)
+        self._stops = StopMatcher(list(ready.generation.stop))
+
+    # ---- what the handle reads (same thread, read-only) ----------------------------------
+
+    @property
+    def done(self) -> bool:
+        """Ended and kept: the terminal event may be announced."""
+        return self._done.is_set()
+
+    async def wait_done(self) -> None:
+        await self._done.wait()
+
+    async def wait_changed(self) -> None:
+        """Returns at the next event appended (or at the end)."""
+        await self._changed.wait()
 
     def _move(self, event: Event) -> None:
         self.status = next_status(self.status, event)
@@ -83,7 +93,9 @@ class Supervisor:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *,
+                  task_status: trio.TaskStatus[SupervisorHandle] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
         """Reports started (with its handle) once the model actor has taken the request into
         a slot or its wait queue; a refusal before that (a full queue: Overloaded) propagates
         to whoever started it, and nothing was created."""
@@ -112,9 +124,9 @@ class Supervisor:
                 self._move(Event.CANCEL)
                 self.builder.cancel(self._usage())
             # Store before announcing the end: whoever saw the terminal state can GET it.
-            if self._on_terminal is not None:
+            if self._keeper is not None:
                 with trio.move_on_after(TERMINAL_HOOK_TIMEOUT, shield=True):
-                    await self._on_terminal(self.builder.obj, self.builder.events)
+                    await self._keeper.keep(self._plan, self.builder.obj, self.builder.events)
         finally:
             self._done.set()
             self._notify()
@@ -123,19 +135,23 @@ class Supervisor:
         self._admitted = True
         self._task_status.started(SupervisorHandle(self))
 
-    async def _prepared(self) -> Prepared:
+    async def _prepared(self, prepare: PrepareLater) -> Prepared:
         self._report_started()
         try:
-            self._ready = await self._prepare()
+            ready = await prepare()
         except InvalidRequest as exc:  # rendering or compaction refused the request
             raise APIError(exc.message, code="invalid_prompt") from None
-        self._output = self._ready.assemble(self.builder)
-        return self._ready
+        self._take(ready)
+        return ready
 
     async def _generate(self) -> None:
-        ready = self._ready or await self._prepared()
-        async with self._model.generate(ready.prompt, ready.max_tokens, self._sampling,
-                                        ready.grammar, self._top_logprobs) as adm:
+        ready = self._ready
+        if ready is None:
+            assert self._prepare is not None
+            ready = await self._prepared(self._prepare)
+        output = self._output
+        assert output is not None
+        async with self._model.generate(ready.generation) as adm:
             if not self._admitted:
                 self._report_started()
             async for out in adm.outputs:
@@ -148,13 +164,13 @@ class Supervisor:
                 self._output_tokens += 1
                 self._cached_tokens += out.cached_tokens
                 text, stopped = self._stops.feed(out.text)
-                self._output.feed(text, out.logprobs)
+                output.feed(text, out.logprobs)
                 if out.error is not None:
                     raise APIError(f"constrained decoding failed: {out.error}")
                 if stopped or out.finish_reason is not None:
                     if not stopped:
-                        self._output.feed(self._stops.flush())
-                    self._output.finish()
+                        output.feed(self._stops.flush())
+                    output.finish()
                     truncated = out.finish_reason == "length" and not stopped
                     event = Event.TRUNCATE if truncated else Event.COMPLETE
                     self._move(event)
@@ -166,7 +182,7 @@ class Supervisor:
 
     def _usage(self) -> dict[str, Any]:
         ready, output = self._ready, self._output
-        return usage(input_tokens=len(ready.prompt) if ready else 0,
+        return usage(input_tokens=len(ready.generation.prompt) if ready else 0,
                      output_tokens=self._output_tokens, cached_tokens=self._cached_tokens,
                      reasoning_tokens=output.reasoning_tokens if output else 0)
 
@@ -189,7 +205,12 @@ class Supervisor:
 
 
 class SupervisorHandle:
-    """What the HTTP layer and the registry hold for one live response."""
+    """What the HTTP layer and the registry hold for one live response.
+
+    It reads its supervisor's state directly, through the supervisor's public read-only
+    members (`done`, `status`, `builder`, `wait_done`, `wait_changed`): both live in the trio
+    thread, the event log is append-only and only the supervisor writes, so a read is never
+    torn. Everything that changes a supervisor goes through it (`cancel`)."""
 
     def __init__(self, sup: Supervisor):
         self._sup = sup
@@ -197,7 +218,7 @@ class SupervisorHandle:
 
     @property
     def done(self) -> bool:
-        return self._sup._done.is_set()
+        return self._sup.done
 
     @property
     def status(self) -> str:
@@ -213,7 +234,8 @@ class SupervisorHandle:
 
     def created(self) -> dict[str, Any]:
         """The object as it was created (queued): what a background create returns."""
-        return self._sup.builder.events[0]["response"]
+        created: dict[str, Any] = self._sup.builder.events[0]["response"]
+        return created
 
     def polled(self) -> dict[str, Any]:
         """What a poll of an unfinished response shows. A background job shows its status
@@ -231,7 +253,7 @@ class SupervisorHandle:
         self._sup.cancel()
 
     async def wait(self) -> dict[str, Any]:
-        await self._sup._done.wait()
+        await self._sup.wait_done()
         return self._sup.builder.obj
 
     async def follow(self, starting_after: int = -1) -> AsyncIterator[dict[str, Any]]:
@@ -249,13 +271,13 @@ class SupervisorHandle:
         while True:
             events = sup.builder.events
             end = len(events)
-            if is_terminal(sup.status) and not sup._done.is_set():
+            if is_terminal(sup.status) and not sup.done:
                 end -= 1  # the last event waits until the response is stored (done)
             if i < end:
                 batch = events[i:end]
                 i += len(batch)
                 yield batch
                 continue  # more may have been appended while the batch was handled
-            if sup._done.is_set():
+            if sup.done:
                 return
-            await sup._changed.wait()
+            await sup.wait_changed()

@@ -1,50 +1,32 @@
 """create_app(handles) → QuartTrio.
 
-Under `triode serve` the actor tree is started first (system.py) and hands its handles in.
-Under plain hypercorn (`hypercorn --worker-class trio 'triode.http.app:create_app()'`) there
-are no handles yet: the app then starts the actor tree in its own lifespan nursery, with
-settings read from the environment.
+Under `triode serve` the actor tree is started first (`system.start_actors`, from cli.py) and
+hands its handles in. Under plain hypercorn (`hypercorn --worker-class trio
+'triode.http.app:create_app()'`) there are no handles yet: the app then starts the same actor
+tree (the same `system.start_actors`) in its own lifespan nursery, with settings read from the
+environment. Everything here is transport: auth, body limits, error rendering; the routes are
+in routes.py and monitoring.py.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import time
-from typing import Any
 
-import attrs
-from quart import request
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from ..actors.store import StoreDisabled
 from ..errors import APIError, InvalidRequest, ServerError, Unauthorized
-from .routes import api, json_response
-from .translate import Defaults
+from ..settings import resolve
+from ..system import Handles, start_actors
+from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
+from .body import MAX_BODY_BYTES, json_response
+from .routes import api
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
 OPEN_PATHS = ("/health", "/v1/health")
-
-
-@attrs.frozen
-class Handles:
-    """What the HTTP layer is given: actor handles and a few fixed facts."""
-
-    model: Any            # ModelHandle
-    registry: Any         # RegistryHandle
-    responses: Any        # ResponseStoreHandle
-    conversations: Any    # ConversationStoreHandle
-    echo: Any             # ReasoningEchoHandle
-    model_names: tuple[str, ...]
-    defaults: Defaults
-    blas: str
-    api_key: str | None = None
-    hosted_tools: str = "error"
-    background_off: str | None = None   # why background mode is off, if it is
-    started_at: int = attrs.Factory(lambda: int(time.time()))
 
 
 def create_app(handles: Handles | None = None) -> QuartTrio:
@@ -56,9 +38,6 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
     if handles is None:
         @app.before_serving
         async def start_actor_tree() -> None:
-            from ..settings import resolve
-            from ..system import start_actors
-
             app.config["TRIODE_HANDLES"] = await app.nursery.start(start_actors, resolve())
 
     @app.before_request
@@ -71,16 +50,11 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
             raise Unauthorized("Incorrect API key provided.")
 
     @app.errorhandler(APIError)
-    async def api_error(exc: APIError):
+    async def api_error(exc: APIError) -> Response:
         return json_response(exc.body(), exc.status)
 
-    @app.errorhandler(StoreDisabled)
-    async def store_disabled(exc: StoreDisabled):
-        err = InvalidRequest(str(exc))
-        return json_response(err.body(), err.status)
-
     @app.errorhandler(HTTPException)
-    async def http_error(exc: HTTPException):
+    async def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         err = InvalidRequest(exc.description or exc.name) if status < 500 else ServerError(
             exc.description or exc.name)
@@ -89,7 +63,7 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
         return json_response(err.body(), status)
 
     @app.errorhandler(Exception)
-    async def unexpected(exc: Exception):
+    async def unexpected(exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.path)
         err = ServerError(f"The server had an error processing your request ({type(exc).__name__}).")
         return json_response(err.body(), 500)

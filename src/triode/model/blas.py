@@ -97,7 +97,7 @@ def set_threads(threads: int) -> int | None:
     if _mkl is None:
         return None
     _mkl.MKL_Set_Num_Threads(threads or _mkl_default_threads)
-    return _mkl.MKL_Get_Max_Threads()
+    return int(_mkl.MKL_Get_Max_Threads())
 
 
 def sgemm_provider() -> str | None:
@@ -118,4 +118,4 @@ def sgemm_provider() -> str | None:
     info = DlInfo()
     if not libdl.dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)):
         return None
-    return info.dli_fname.decode()
+    return str(info.dli_fname.decode())

@@ -130,7 +130,8 @@ def check_strict_schema(schema: Mapping[str, Any], *, what: str,
                                 f"'{missing[0]}'.", param=param)
 
 
-def _subschemas(node: Any, context: tuple) -> Iterator[tuple[tuple, dict]]:
+def _subschemas(node: Any, context: tuple[Any, ...]
+                ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
     """Every schema object under `node`, with the JSON path that leads to it."""
     if not isinstance(node, dict):
         return
@@ -200,7 +201,7 @@ def tool_arguments_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tool_name(tool: Mapping[str, Any]) -> str:
-    return tool.get("function", tool).get("name", "")
+    return str(tool.get("function", tool).get("name", ""))
 
 
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
@@ -259,7 +260,8 @@ def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
         head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
         rules.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
         rules.append(f"args_{i}: {_json_block(json.loads(schema))}")
-    markers = (("m_call_open", TOOL_CALL_OPEN), ("m_call_close", TOOL_CALL_CLOSE))
+    markers: tuple[tuple[str, str], ...] = (("m_call_open", TOOL_CALL_OPEN),
+                                            ("m_call_close", TOOL_CALL_CLOSE))
     if in_reasoning:
         rules.append(_THINK_RULE)
         markers += _THINK_MARKERS

@@ -13,34 +13,23 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import attrs
 
 from . import blas
 from .loading import ModelInfo, describe, load
+from .request import GenerationRequest, Sampling
 
 log = logging.getLogger(__name__)
 
 
 @attrs.frozen
-class Sampling:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    seed: int | None = None
-    repetition_penalty: float | None = None
-
-
-@attrs.frozen
 class Insert:
+    """Starts generating `request` as sequence `uid`."""
+
     uid: int
-    prompt: tuple[int, ...]
-    max_tokens: int
-    sampling: Sampling
-    grammar: Any = None         # a constraints.Grammar: constrained decoding for this sequence
-    top_logprobs: int | None = None   # None: no logprobs; else how many alternatives per token
+    request: GenerationRequest
 
 
 @attrs.frozen
@@ -60,7 +49,7 @@ class StepOutput:
     text: str                   # newly decodable text (UTF-8 safe; may be empty)
     finish_reason: str | None   # "stop" (end of sequence), "length" (max tokens), or None
     error: str | None = None    # set on the last output when constrained decoding failed
-    logprobs: dict | None = None  # OpenAI's logprob entry for this token, when asked for
+    logprobs: dict[str, Any] | None = None  # OpenAI's logprob entry for this token, when asked for
     cached_tokens: int = 0      # on a sequence's first output: prompt tokens the prompt cache
                                 # supplied (their prefill was skipped)
 
@@ -93,6 +82,7 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     import mlx.core as mx
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
+    assert sampling.seed is not None   # sampler_for gives unseeded settings a shared sampler
     key = mx.random.key(sampling.seed)
 
     def sample(logprobs: Any) -> Any:
@@ -109,19 +99,20 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     return sample
 
 
-def logits_processors_for(cmd: "Insert", tokenizer: Any) -> tuple[list[Any], Any]:
+def logits_processors_for(request: GenerationRequest, tokenizer: Any) -> tuple[list[Any], Any]:
     """Penalties first, the grammar last (it must see the final logits); also returns the
     constrained-decoding processor, whose error is reported when the sequence ends."""
     processors: list[Any] = []
-    if cmd.sampling.repetition_penalty:
+    if request.sampling.repetition_penalty:
         from mlx_lm.sample_utils import make_logits_processors
 
-        processors += make_logits_processors(repetition_penalty=cmd.sampling.repetition_penalty)
+        processors += make_logits_processors(
+            repetition_penalty=request.sampling.repetition_penalty)
     constraint = None
-    if cmd.grammar is not None:
+    if request.grammar is not None:
         from .constraints import make_processor
 
-        constraint = make_processor(cmd.grammar, tokenizer)
+        constraint = make_processor(request.grammar, tokenizer)
         processors.append(constraint)
     return processors, constraint
 
@@ -135,11 +126,11 @@ def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[s
         return {"token": text, "logprob": value, "bytes": list(text.encode())}
 
     entry = described(token, logprobs[token].item())
-    alternatives = []
+    alternatives: list[tuple[int, float]] = []
     if top > 0:
         ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
-        values = logprobs[ids].tolist()
-        alternatives = sorted(zip(ids.tolist(), values), key=lambda p: -p[1])
+        values = cast(list[float], logprobs[ids].tolist())
+        alternatives = sorted(zip(cast(list[int], ids.tolist()), values), key=lambda p: -p[1])
     entry["top_logprobs"] = [described(t, v) for t, v in alternatives]
     return entry
 
@@ -182,10 +173,22 @@ class PromptCache:
 
     @property
     def nbytes(self) -> int:
-        return self._lru.nbytes
+        return int(self._lru.nbytes)
 
     def __len__(self) -> int:
         return len(self._lru)
+
+
+@attrs.define
+class _Sequence:
+    """The engine's record of one running sequence."""
+
+    uid: int                  # ours (the model actor's)
+    generator_uid: int        # BatchGenerator's
+    detokenizer: Any          # streaming detokenizer
+    constraint: Any           # its constrained-decoding processor, if any
+    top_logprobs: int | None  # None: no logprobs
+    cached_tokens: int        # prompt tokens the prompt cache supplied, until the 1st output
 
 
 class Engine:
@@ -207,7 +210,7 @@ class Engine:
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length),
                             blas_threads=threads)
         stream = mx.new_stream(mx.default_device())
-        generator = BatchGenerator(
+        generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
             completion_batch_size=self.parallel,
@@ -216,66 +219,59 @@ class Engine:
         )
         cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
         started(info, tokenizer)
-        processors: dict[int, Any] = {}    # our uid → its constrained-decoding processor
-        reused: dict[int, int] = {}        # our uid → cached prompt tokens, until its 1st output
-        ours: dict[int, int] = {}          # generator uid → our uid
-        theirs: dict[int, int] = {}        # our uid → generator uid
-        detokenizers: dict[int, Any] = {}  # our uid → streaming detokenizer
-        wants_logprobs: dict[int, int] = {}  # our uid → top_logprobs, for those that ask
+        running: dict[int, _Sequence] = {}   # our uid → its record
+        by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         outputs: list[StepOutput] = []
         try:
             while True:
-                commands = exchange(outputs, not theirs,
+                commands = exchange(outputs, not running,
                                     (len(cache), cache.nbytes) if cache is not None else None)
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
-                        extra = {}
-                        chain, constraint = logits_processors_for(cmd, tokenizer)
-                        if chain:
-                            extra["logits_processors"] = [chain]
-                        if constraint is not None:
-                            processors[cmd.uid] = constraint
-                        prompt = list(cmd.prompt)
-                        kv, rest = cache.fetch(prompt) if cache is not None else (None, prompt)
-                        reused[cmd.uid] = len(prompt) - len(rest)
-                        (gen_uid,) = generator.insert(
-                            [rest], [cmd.max_tokens], caches=[kv],
-                            all_tokens=[prompt[:reused[cmd.uid]]],
-                            samplers=[sampler_for(cmd.sampling)], **extra)
-                        ours[gen_uid] = cmd.uid
-                        if cmd.top_logprobs is not None:
-                            wants_logprobs[cmd.uid] = cmd.top_logprobs
-                        theirs[cmd.uid] = gen_uid
-                        detokenizers[cmd.uid] = tokenizer.detokenizer
-                    elif cmd.uid in theirs:
-                        generator.remove([theirs[cmd.uid]])
-                        del ours[theirs.pop(cmd.uid)]
-                        detokenizers.pop(cmd.uid)
-                        reused.pop(cmd.uid, None)
-                        processors.pop(cmd.uid, None)
-                        wants_logprobs.pop(cmd.uid, None)
-                if not theirs:
+                        seq = self._insert(generator, cache, tokenizer, cmd)
+                        running[seq.uid] = by_generator[seq.generator_uid] = seq
+                    elif cmd.uid in running:
+                        seq = running.pop(cmd.uid)
+                        generator.remove([seq.generator_uid])
+                        del by_generator[seq.generator_uid]
+                if not running:
                     continue
                 _, responses = generator.next()
                 for r in responses:
-                    uid = ours[r.uid]
-                    detok = detokenizers[uid]
+                    seq = by_generator[r.uid]
                     if r.finish_reason != "stop":
-                        detok.add_token(r.token)
-                    error = None
+                        seq.detokenizer.add_token(r.token)
                     entry = None
-                    if uid in wants_logprobs and r.finish_reason != "stop":
-                        entry = logprob_entry(tokenizer, r.token, r.logprobs, wants_logprobs[uid])
+                    if seq.top_logprobs is not None and r.finish_reason != "stop":
+                        entry = logprob_entry(tokenizer, r.token, r.logprobs, seq.top_logprobs)
+                    error = None
                     if r.finish_reason is not None:
-                        wants_logprobs.pop(uid, None)
-                        detok.finalize()
-                        del ours[r.uid], theirs[uid], detokenizers[uid]
-                        processor = processors.pop(uid, None)
-                        error = processor.error if processor is not None else None
+                        seq.detokenizer.finalize()
+                        del running[seq.uid], by_generator[r.uid]
+                        error = seq.constraint.error if seq.constraint is not None else None
                         if cache is not None and r.prompt_cache is not None:
                             cache.keep(r.all_tokens, r.prompt_cache)
-                    outputs.append(StepOutput(uid, r.token, detok.last_segment, r.finish_reason,
-                                              error, entry, reused.pop(uid, 0)))
+                    outputs.append(StepOutput(seq.uid, r.token, seq.detokenizer.last_segment,
+                                              r.finish_reason, error, entry, seq.cached_tokens))
+                    seq.cached_tokens = 0   # reported on the first output only
         finally:
             generator.close()
+
+    @staticmethod
+    def _insert(generator: Any, cache: PromptCache | None, tokenizer: Any,
+                cmd: Insert) -> _Sequence:
+        """Adds one sequence to the batch, starting from the longest cached prefix."""
+        request = cmd.request
+        extra = {}
+        chain, constraint = logits_processors_for(request, tokenizer)
+        if chain:
+            extra["logits_processors"] = [chain]
+        prompt = list(request.prompt)
+        kv, rest = cache.fetch(prompt) if cache is not None else (None, prompt)
+        reused = len(prompt) - len(rest)
+        (generator_uid,) = generator.insert(
+            [rest], [request.max_tokens], caches=[kv], all_tokens=[prompt[:reused]],
+            samplers=[sampler_for(request.sampling)], **extra)
+        return _Sequence(cmd.uid, generator_uid, tokenizer.detokenizer, constraint,
+                         request.top_logprobs, reused)

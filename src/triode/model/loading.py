@@ -8,14 +8,11 @@ from typing import Any
 
 import attrs
 
-from ..settings import BUNDLED_MODEL
 from .parsers import detect_format
+from .request import Sampling
 
+# The small model that ships inside the package (weights, tokenizer, template, model card).
 BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
-
-
-def model_path(model: str) -> str:
-    return str(BUNDLED_PATH) if model == BUNDLED_MODEL else model
 
 
 @attrs.frozen
@@ -26,40 +23,44 @@ class ModelInfo:
     context_length: int
     eos_token_ids: tuple[int, ...]
     vocab_size: int
-    sampling_defaults: dict[str, float] = attrs.Factory(dict)
+    sampling_defaults: Sampling = Sampling()   # for what a request leaves out
     tool_format: str = "none"          # see model/parsers: hermes, mistral, llama3, ...
     reasoning: bool = False            # the vocabulary has <think> and </think>
     blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
 
 
 def load(model: str) -> tuple[Any, Any]:
+    """`model`: a local path or a Hugging Face repo id."""
     from mlx_lm import load as mlx_load
 
-    return mlx_load(model_path(model))
+    loaded = mlx_load(model)
+    return loaded[0], loaded[1]
 
 
 def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | None) -> ModelInfo:
     args = getattr(mlx_model, "args", None)
     native = getattr(args, "max_position_embeddings", None) or 4096
     return ModelInfo(
-        path=model_path(model),
+        path=model,
         context_length=context_length or native,
         eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
-        sampling_defaults=sampling_defaults(Path(model_path(model))),
+        sampling_defaults=sampling_defaults(Path(model)),
         tool_format=detect_format(getattr(tokenizer, "chat_template", None)),
         reasoning=all(t in getattr(tokenizer, "vocab", {}) for t in ("<think>", "</think>")),
     )
 
 
-def sampling_defaults(path: Path) -> dict[str, float]:
+def sampling_defaults(path: Path) -> Sampling:
     """The model's own sampling defaults from its `generation_config.json`, as Hugging Face
-    defines them (`do_sample: false` means greedy). Only fields the file sets are returned."""
+    defines them (`do_sample: false` means greedy); OpenAI's for what the file leaves out."""
     try:
         config = json.loads((path / "generation_config.json").read_text())
     except (OSError, ValueError):
-        return {}
-    out: dict[str, float] = {}
+        return Sampling()
+    if not isinstance(config, dict):
+        return Sampling()
+    out: dict[str, Any] = {}
     if config.get("do_sample") is False:
         out["temperature"] = 0.0
     elif isinstance(config.get("temperature"), (int, float)):
@@ -67,4 +68,4 @@ def sampling_defaults(path: Path) -> dict[str, float]:
     for key in ("top_p", "top_k", "min_p"):
         if isinstance(config.get(key), (int, float)):
             out[key] = config[key]
-    return out
+    return Sampling(**out)

@@ -256,12 +256,12 @@ def call_name(value: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def call_arguments(value: Any, keys: tuple[str, ...]) -> dict:
+def call_arguments(value: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     """The arguments object of a parsed call; a JSON-encoded string is decoded (some templates
     render arguments that way), and anything unusable becomes `{}`."""
     if not isinstance(value, dict):
         return {}
-    arguments = next((value[key] for key in keys if key in value), {})
+    arguments: Any = next((value[key] for key in keys if key in value), {})
     if isinstance(arguments, str):
         try:
             arguments = loads(arguments)
@@ -385,7 +385,7 @@ class ToolParser(StepMachine):
         if text and self._open_index is not None:
             self._events.append(ToolCallDelta(self._open_index, text))
 
-    def _finish_call(self, name: str, arguments: dict) -> None:
+    def _finish_call(self, name: str, arguments: dict[str, Any]) -> None:
         self._start_call(name)
         assert self._open_index is not None
         self._events.append(ToolCallDone(self._open_index, self._open_name,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from triode.actors.lifecycle import (TERMINAL, TRANSITIONS, Event, Status, TransitionError,
+from triode.responses.lifecycle import (TERMINAL, TRANSITIONS, Event, Status, TransitionError,
                                      is_terminal, next_status)
 
 

@@ -16,10 +16,10 @@ import hashlib
 import json
 from typing import Any
 
-from ..actors.events import new_id
-from ..actors.output import decrypt_reasoning
 from ..errors import InvalidRequest, NotSupportedYet
 from . import compaction, wire
+from .ids import new_id
+from .output import decrypt_reasoning
 
 CUSTOM_INPUT = "input"
 
@@ -62,6 +62,7 @@ def _message(item: wire.Message, param: str) -> dict[str, Any]:
 
 def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
     """One wire input item as the dict triode stores and replays."""
+    out: dict[str, Any]
     match item:
         case wire.Message():
             return _message(item, param)

@@ -3,7 +3,7 @@
 import pytest
 
 from triode.errors import InvalidRequest
-from triode.http.tools import HOSTED_TYPES, parse_tool_choice, parse_tools
+from triode.responses.tools import HOSTED_TYPES, parse_tool_choice, parse_tools
 
 FN = {"type": "function", "name": "get_weather", "description": "d",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}

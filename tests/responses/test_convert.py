@@ -3,8 +3,8 @@
 import pytest
 
 from triode.errors import InvalidRequest
-from triode.http.convert import structure
-from triode.http.wire import CreateResponse, InputText, LaterItem, Message, OutputText, Refusal
+from triode.responses.convert import structure
+from triode.responses.wire import CreateResponse, InputText, LaterItem, Message, OutputText, Refusal
 
 
 def test_messages_without_type_and_assistant_parts_are_accepted():

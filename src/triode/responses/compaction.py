@@ -20,13 +20,11 @@ message is always kept.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from typing import Any, Callable
 
-from ..actors.events import new_id
 from ..errors import InvalidRequest
+from . import codec
+from .ids import new_id
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 SUMMARY_MARK = "triode_summary"
@@ -47,17 +45,14 @@ def default_keep_tokens(context_length: int) -> int:
 
 
 def encode(summary: str, items: list[dict[str, Any]]) -> str:
-    blob = json.dumps({"summary": summary, "items": items}, ensure_ascii=False,
-                      separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+    return codec.encode({"summary": summary, "items": items})
 
 
 def decode(content: str, param: str) -> tuple[str, list[dict[str, Any]]]:
     """The summary and kept items of a compaction item; a 400 naming `param` if malformed."""
     try:
-        raw = base64.urlsafe_b64decode(content + "=" * (-len(content) % 4))
-        value = json.loads(raw)
-    except (binascii.Error, ValueError) as exc:
+        value = codec.decode(content)
+    except ValueError as exc:
         raise InvalidRequest(f"compaction encrypted_content is not base64url JSON ({exc})",
                              param=param) from None
     if not (isinstance(value, dict) and isinstance(value.get("summary"), str)
@@ -85,11 +80,11 @@ def summary_message(summary: str) -> dict[str, Any]:
 def is_system(item: dict[str, Any]) -> bool:
     """A client's system or developer message (kept by every compaction)."""
     return item["type"] == "message" and item["role"] in ("system", "developer") \
-        and not item.get(SUMMARY_MARK)
+        and not bool(item.get(SUMMARY_MARK))
 
 
 def is_user(item: dict[str, Any]) -> bool:
-    return item["type"] == "message" and item["role"] == "user"
+    return bool(item["type"] == "message" and item["role"] == "user")
 
 
 def replay(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

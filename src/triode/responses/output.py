@@ -1,7 +1,7 @@
 """From decoded text to output items: the parser's events, mapped onto the request's tools.
 
 Pure (no trio): the supervisor feeds it one step's text at a time. Custom tools are shown to
-the template as functions with one `input` string (http/items.py), so a call to one comes back
+the template as functions with one `input` string (responses/items.py), so a call to one comes back
 as a `custom_tool_call` with that raw input; a custom call whose arguments are not
 `{"input": str}`, or a call to a tool the request did not declare, comes back as a plain
 `function_call` with the original arguments, so the client can report the error and go on.
@@ -9,35 +9,32 @@ as a `custom_tool_call` with that raw input; a custom call whose arguments are n
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any, Callable
 
 from ..model.parsers import (ReasoningDelta, ReasoningDone, TextDelta, ToolCallDelta,
                              ToolCallDone, ToolCallStart)
-from .events import ResponseBuilder
+from . import codec
+from .builder import ResponseBuilder
 
 ENCRYPTED_REASONING_VERSION = 1
 
 
 def encrypt_reasoning(text: str) -> str:
     """A self-describing base64url blob of the reasoning text (not encrypted: client data)."""
-    blob = json.dumps({"triode": "reasoning", "v": ENCRYPTED_REASONING_VERSION, "text": text},
-                      ensure_ascii=False, separators=(",", ":"))
-    return base64.urlsafe_b64encode(blob.encode()).decode().rstrip("=")
+    return codec.encode({"triode": "reasoning", "v": ENCRYPTED_REASONING_VERSION, "text": text})
 
 
 def decrypt_reasoning(blob: str) -> str | None:
     """The reasoning text of a blob `encrypt_reasoning` made; None for anything else."""
     try:
-        raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
-        obj = json.loads(raw)
+        obj = codec.decode(blob)
     except (ValueError, TypeError):
         return None
     if not isinstance(obj, dict) or obj.get("triode") != "reasoning" \
-            or not isinstance(obj.get("text"), str):
+            or not isinstance(text := obj.get("text"), str):
         return None
-    return obj["text"]
+    return text
 
 
 class OutputAssembler:
@@ -116,7 +113,9 @@ class OutputAssembler:
         if index not in self._deferred:
             self._builder.call_done(index, arguments)
             return
-        _, name, namespace = self._resolve(chat_name)
+        tool = self._resolve(chat_name)
+        assert tool is not None   # deferred: it resolved to a custom tool at its start
+        _, name, namespace = tool
         raw = _custom_input(arguments)
         if raw is None:   # malformed custom arguments: a plain function call, as generated
             self._builder.call_start(index, kind="function", name=name, namespace=namespace)

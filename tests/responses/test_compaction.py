@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triode.errors import InvalidRequest
-from triode.http import compaction
+from triode.responses import compaction
 
 
 def msg(role: str, text: str) -> dict:

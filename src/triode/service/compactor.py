@@ -1,7 +1,7 @@
 """Compaction with the model: choose what to keep, summarize the rest, check the result.
 
-Used by `POST /v1/responses/compact` and by `context_management` (in the create handler, or
-inside a background job while it is queued). Every refusal is a 400
+Used by `POST /v1/responses/compact` and by `context_management` (by the turn service before
+a response starts, or inside a background job while it is queued). Every refusal is a 400
 `context_length_exceeded` raised before anything is stored or changed.
 """
 
@@ -13,15 +13,14 @@ from typing import Any
 import attrs
 import trio
 
-from ..actors.events import usage as usage_of
-from ..actors.model import ModelHandle, Rendered
+from ..actors.model import ModelHandle
 from ..errors import ContextLengthExceeded
-from ..model.engine import Sampling
-from ..model.parsers import make_parser
-from ..model.parsers.base import TextDelta
-from . import compaction
-from .items import chat_messages, reasoning_text
-from .translate import Plan, starts_in_reasoning
+from ..model.parsers import TextDelta, make_parser
+from ..model.request import GenerationRequest, Rendered, Sampling
+from ..responses import compaction
+from ..responses.ids import usage as usage_of
+from ..responses.items import chat_messages, reasoning_text
+from ..responses.translate import Plan, starts_in_reasoning
 
 ITEM_OVERHEAD = 4   # role and separator tokens a chat template adds around one message
 
@@ -73,8 +72,9 @@ async def summarize(model: ModelHandle, instructions: str | None,
                          starts_in_reasoning=starts_in_reasoning(info, rendered.text))
     events: list[Any] = []
     generated = 0
-    async with model.generate(rendered.tokens, min(max_tokens, room),
-                              Sampling(temperature=0.0)) as adm:
+    summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),
+                                        Sampling(temperature=0.0))
+    async with model.generate(summary_request) as adm:
         async for out in adm.outputs:
             generated += 1
             events += parser.feed(out.text)

@@ -3,9 +3,9 @@
 import pytest
 
 from triode.errors import InvalidRequest, NotSupportedYet
-from triode.http.convert import structure
-from triode.http.items import chat_messages, input_items
-from triode.http.wire import CreateResponse
+from triode.responses.convert import structure
+from triode.responses.items import chat_messages, input_items
+from triode.responses.wire import CreateResponse
 
 
 def items_of(raw):
@@ -102,7 +102,7 @@ def test_images_are_refused_with_the_part_path():
 def test_turn_keys_depend_on_the_conversation_before_the_turn():
     """Equal assistant text in different conversations gets different keys; system
     messages (never inherited by a chain) and reasoning do not change a key."""
-    from triode.http.items import turn_keys
+    from triode.responses.items import turn_keys
 
     a = [{"role": "user", "content": "Think, then reply with: violet"},
          {"role": "assistant", "content": "violet", "reasoning_content": "hm"}]

@@ -7,26 +7,11 @@ the same calls, so ids and item order are identical in both by construction.
 from __future__ import annotations
 
 import copy
-import secrets
 import time
 from typing import Any
 
+from .ids import new_id, usage
 from .lifecycle import Status
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
-
-
-def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
-          reasoning_tokens: int = 0) -> dict[str, Any]:
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": input_tokens + output_tokens,
-    }
 
 
 class ResponseBuilder:
@@ -72,9 +57,7 @@ class ResponseBuilder:
     def text(self, delta: str, logprobs: list[dict[str, Any]] | None = None) -> None:
         if not delta:
             return
-        if self._message is None:
-            self._open_message()
-        item = self._message
+        item = self._message if self._message is not None else self._open_message()
         part = item["content"][0]
         part["text"] += delta
         part["logprobs"] += logprobs or []
@@ -86,15 +69,16 @@ class ResponseBuilder:
         # Output only grows, so an item's index is fixed when it is added (no scan per delta).
         return self._positions[item["id"]]
 
-    def _open_message(self) -> None:
-        item = {"id": new_id("msg"), "type": "message", "role": "assistant",
-                "status": "in_progress", "content": []}
+    def _open_message(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": new_id("msg"), "type": "message", "role": "assistant",
+                                "status": "in_progress", "content": []}
         self._message = item
         index = self._add(item)
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         item["content"].append(part)
         self._emit("response.content_part.added", item_id=item["id"], output_index=index,
                    content_index=0, part=copy.deepcopy(part))
+        return item
 
     def _close_message(self, status: str) -> None:
         item, self._message = self._message, None
@@ -114,7 +98,8 @@ class ResponseBuilder:
     def reasoning(self, delta: str) -> None:
         if not delta:
             return
-        if self._reasoning is None:
+        item = self._reasoning
+        if item is None:
             item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
                     "status": "in_progress"}
             self._reasoning = item
@@ -123,7 +108,6 @@ class ResponseBuilder:
             item["content"].append(part)
             self._emit("response.content_part.added", item_id=item["id"], output_index=index,
                        content_index=0, part=copy.deepcopy(part))
-        item = self._reasoning
         item["content"][0]["text"] += delta
         self._emit("response.reasoning_text.delta", item_id=item["id"],
                    output_index=self._index(item), content_index=0, delta=delta)
@@ -135,6 +119,7 @@ class ResponseBuilder:
                 return
             self.reasoning(text)
         item, self._reasoning = self._reasoning, None
+        assert item is not None   # open, or just opened by reasoning(text)
         index = self._index(item)
         part = item["content"][0]
         part["text"] = text

@@ -6,14 +6,15 @@ never reaches an actor and never creates a response.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import attrs
 
 from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
-from ..model.engine import Sampling
-from . import wire
-from . import compaction
+from ..model.constraints import Grammar, compile_text_format, tool_call_grammar
+from ..model.loading import ModelInfo
+from ..model.request import Sampling
+from . import compaction, wire
 from .items import chat_messages, input_items
 from .tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 
@@ -22,16 +23,6 @@ MAX_STOP_SEQUENCES = 16
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
-
-
-@attrs.frozen
-class Defaults:
-    """Server-side values for fields a request leaves out (from the model's generation_config)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
 
 
 @attrs.frozen
@@ -47,7 +38,7 @@ class Plan:
     tools: list[Tool]
     choice: ToolChoice
     template_tools: list[dict[str, Any]]   # what the chat template is given
-    grammar: Any                           # constraints.Grammar | None
+    grammar: Grammar | None
     encrypted_reasoning: bool
     stop: list[str]
     template_kwargs: dict[str, Any]
@@ -132,7 +123,7 @@ def validate(req: wire.CreateResponse) -> None:
             raise _later(f"include[{i}]", f"include value '{value}'")
 
 
-def starts_in_reasoning(info: Any, prompt_text: str) -> bool:
+def starts_in_reasoning(info: ModelInfo, prompt_text: str) -> bool:
     """The rendered prompt ends inside an open `<think>` block (a template with thinking on),
     so generation starts with reasoning."""
     return info.reasoning and prompt_text.rstrip().endswith("<think>")
@@ -150,7 +141,7 @@ def compact_threshold(req: wire.CreateResponse) -> int | None:
     return threshold
 
 
-def grammar_for(req: wire.CreateResponse, plan: "Plan", *, in_reasoning: bool) -> Any:
+def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> Grammar | None:
     """The plan's grammar for a prompt that already opened `<think>` (or not)."""
     if plan.grammar is None or not in_reasoning:
         return plan.grammar
@@ -159,12 +150,10 @@ def grammar_for(req: wire.CreateResponse, plan: "Plan", *, in_reasoning: bool) -
 
 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
-             parallel: bool, *, in_reasoning: bool = False) -> Any:
+             parallel: bool, *, in_reasoning: bool = False) -> Grammar | None:
     """Constrained decoding: forced tool calls for required/named choices, else the
     structured-output format, else none. Compiled at create time (cached), so a bad schema
     is a 400 before anything starts."""
-    from ..model.constraints import compile_text_format, tool_call_grammar
-
     if choice.mode == "required":
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
@@ -176,8 +165,8 @@ def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
     return None
 
 
-def plan(req: wire.CreateResponse, defaults: Defaults,
-         history: list[dict[str, Any]] = (), conversation: str | None = None, *,
+def plan(req: wire.CreateResponse, defaults: Sampling,
+         history: Sequence[dict[str, Any]] = (), conversation: str | None = None, *,
          hosted_tools: str = "error") -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors."""
     tools = parse_tools(req.tools, hosted=hosted_tools)

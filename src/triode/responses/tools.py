@@ -59,7 +59,8 @@ class Tool:
                 "parameters": self.parameters, "strict": self.strict}
 
 
-def _field(obj: dict[str, Any], key: str, kind: type, param: str, *, required: bool = False):
+def _field(obj: dict[str, Any], key: str, kind: type, param: str, *, required: bool = False
+           ) -> Any:
     value = obj.get(key)
     if value is None:
         if required:

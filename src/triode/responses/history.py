@@ -7,9 +7,15 @@ inherited: they live on the response object, not in its items).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InvalidRequest
+
+
+class ResponseReader(Protocol):
+    """Where stored response records are read from (the response store's handle)."""
+
+    async def get(self, response_id: str) -> Any | None: ...
 
 # A chain longer than this is refused rather than walked (each hop is one store message).
 MAX_CHAIN = 10_000
@@ -19,10 +25,25 @@ def record(response: dict[str, Any], items: list[dict[str, Any]], *,
            ephemeral: bool = False) -> dict[str, Any]:
     """What the response store keeps for one response. An ephemeral one (a background job
     with store: false) can be polled but not continued."""
-    rec = {"response": response, "input": items}
+    rec: dict[str, Any] = {"response": response, "input": items}
     if ephemeral:
         rec["ephemeral"] = True
     return rec
+
+
+USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will reach
+TOO_LARGE = ("the response is larger than --responses-store-max-bytes and could not be kept")
+
+
+def too_large(obj: dict[str, Any], items: list[dict[str, Any]], created: dict[str, Any], *,
+              ephemeral: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What is stored for a finished job whose final object the byte budget cannot hold:
+    the object as `failed`, without output, and its events (the created one, then
+    response.failed)."""
+    failed = {**obj, "status": "failed", "output": [], "incomplete_details": None,
+              "error": {"code": "server_error", "message": TOO_LARGE}}
+    closing = {"type": "response.failed", "sequence_number": 1, "response": failed}
+    return record(failed, items, ephemeral=ephemeral), [created, closing]
 
 
 def turn_items(record_: dict[str, Any]) -> list[dict[str, Any]]:
@@ -30,7 +51,8 @@ def turn_items(record_: dict[str, Any]) -> list[dict[str, Any]]:
     return [*record_["input"], *record_["response"]["output"]]
 
 
-async def chain(responses: Any, previous_response_id: str) -> list[dict[str, Any]]:
+async def chain(responses: ResponseReader, previous_response_id: str
+                ) -> list[dict[str, Any]]:
     """Every earlier input and output item, oldest first, ending with the named response."""
     turns: list[list[dict[str, Any]]] = []
     rid: str | None = previous_response_id

@@ -7,7 +7,7 @@ becomes an `InvalidRequest` whose `param` is the JSON path of the offending fiel
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
@@ -18,7 +18,11 @@ from . import wire
 converter = cattrs.Converter(forbid_extra_keys=True)
 
 
-def _strict(kind: type, name: str, accept: tuple[type, ...], reject: tuple[type, ...] = ()):
+Hook = Callable[[Any, Any], Any]
+
+
+def _strict(kind: type, name: str, accept: tuple[type, ...], reject: tuple[type, ...] = ()
+            ) -> Hook:
     def hook(value: Any, _: Any) -> Any:
         if isinstance(value, reject) or not isinstance(value, accept):
             raise TypeError(f"expected {name}, got {_json_type(value)}")
@@ -74,17 +78,19 @@ def _tagged(value: Any, table: dict[str, type], what: str, default: str | None =
 
 
 def _content_part(value: Any, _: Any) -> wire.ContentPart:
-    return _tagged(value, CONTENT_PARTS, "content part")
+    part: wire.ContentPart = _tagged(value, CONTENT_PARTS, "content part")
+    return part
 
 
 def _item(value: Any, _: Any) -> wire.InputItem:
     if isinstance(value, dict) and value.get("type") in wire.LATER_ITEM_TYPES:
         return wire.LaterItem(type=value["type"], raw=value)
     default = "message" if isinstance(value, dict) and "role" in value else None
-    return _tagged(value, wire.ITEM_TYPES, "input item", default)
+    item: wire.InputItem = _tagged(value, wire.ITEM_TYPES, "input item", default)
+    return item
 
 
-def _str_or_list(item_type: Any):
+def _str_or_list(item_type: Any) -> Hook:
     def hook(value: Any, _: Any) -> Any:
         if isinstance(value, str):
             return value

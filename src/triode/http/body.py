@@ -1,0 +1,83 @@
+"""Request bodies and query strings: JSON within the limits, and the JSON responses."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from quart import Response, request
+
+from ..errors import InvalidRequest
+
+# Bytes a request body may have; one more is a 413.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+# Nesting levels a request body may have (the body itself is level 1). Far more than any
+# real request or JSON schema needs, and far below where parsing, structuring or a template
+# would run out of stack.
+MAX_JSON_DEPTH = 64
+
+
+async def json_body() -> Any:
+    raw = await request.get_data()
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest(f"the JSON body is nested more than {MAX_JSON_DEPTH} levels "
+                             "deep") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request ({exc}). The body must be "
+            "valid JSON with Content-Type: application/json.") from None
+    check_body(body)
+    return body
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")   # JSON can escape one alone; UTF-8 cannot hold it
+
+
+def check_body(body: Any) -> None:
+    """A 400 naming the top-level field whose value nests deeper than MAX_JSON_DEPTH or
+    holds a string (or key) with an unpaired UTF-16 surrogate, which no later step could
+    encode."""
+    stack: list[tuple[Any, int, str | None]] = [(body, 1, None)]
+    while stack:
+        value, depth, field = stack.pop()
+        if isinstance(value, str):
+            if (bad := _SURROGATE.search(value)) is not None:
+                raise InvalidRequest(
+                    f"the JSON body has a string with an unpaired surrogate "
+                    f"(\\u{ord(bad.group()):04x}), which is not valid Unicode", param=field)
+            continue
+        if isinstance(value, dict):   # keys are strings to check too
+            children = [(x, k if field is None else field)
+                        for k, v in value.items() for x in (k, v)]
+        elif isinstance(value, list):
+            children = [(v, field) for v in value]
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(f"the JSON body is nested more than {MAX_JSON_DEPTH} levels "
+                                 "deep", param=field)
+        stack += [(v, depth + 1, f) for v, f in children]
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return Response(body, status=status, content_type="application/json")
+
+
+def query_int(name: str, default: int, *, lo: int, hi: int | None = None) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"Invalid value for '{name}': expected an integer",
+                             param=name) from None
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise InvalidRequest(f"Invalid value for '{name}': must be {bound}", param=name)
+    return value

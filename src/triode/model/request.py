@@ -1,0 +1,59 @@
+"""One generation request, as translation builds it and the engine runs it (no MLX here).
+
+A `GenerationRequest` is built once, when a response's prompt has been rendered, and is
+carried unchanged through the supervisor, the model actor's queue and the engine thread.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import attrs
+
+from .constraints import Grammar
+
+
+def _token_ids(ids: Iterable[int]) -> tuple[int, ...]:
+    return tuple(ids)
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class Sampling:
+    """How the next token is chosen. The model's own defaults fill what a request leaves out
+    (`ModelInfo.sampling_defaults`)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float | None = None
+
+
+@attrs.frozen
+class GenerationRequest:
+    """Everything that decides what one sequence generates.
+
+    `stop` sequences are matched on the decoded text by the supervisor; `priority` orders the
+    model actor's wait queue (higher first, arrival order within one priority); everything
+    else is the engine's."""
+
+    prompt: tuple[int, ...] = attrs.field(converter=_token_ids)
+    max_tokens: int
+    sampling: Sampling = Sampling()
+    grammar: Grammar | None = None    # constrained decoding (tokenizer-independent data)
+    top_logprobs: int | None = None   # None: no logprobs; else alternatives per token
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    priority: int = 0
+
+
+@attrs.frozen
+class Rendered:
+    """A chat template's output: the token ids and the text they encode."""
+
+    tokens: list[int]
+    text: str

@@ -1,0 +1,74 @@
+"""A turn ready for generation: its plan, its one `GenerationRequest`, and how the decoded
+text becomes output items. Built once the prompt is rendered (`finalize`)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+
+from ..errors import ContextLengthExceeded
+from ..model.loading import ModelInfo
+from ..model.parsers import make_parser
+from ..model.request import GenerationRequest, Rendered
+from . import wire
+from .builder import ResponseBuilder
+from .output import OutputAssembler
+from .translate import Plan, grammar_for, starts_in_reasoning
+
+Assemble = Callable[[ResponseBuilder], OutputAssembler]
+
+
+@attrs.frozen
+class Compacted:
+    """A compaction done before generation: its item and the input sizes around it."""
+
+    item: dict[str, Any]
+    before: int
+    after: int
+
+
+@attrs.frozen
+class Prepared:
+    """A turn ready to generate. `plan` is what the turn's end keeps (its items, store and
+    conversation); after a compaction its messages are the compacted ones."""
+
+    plan: Plan
+    generation: GenerationRequest
+    assemble: Assemble
+    compaction: Compacted | None = None
+
+
+def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: ModelInfo,
+             compaction: Compacted | None = None) -> Prepared:
+    """The rendered prompt's generation limits, grammar and output assembly; a 400
+    `context_length_exceeded` when the prompt leaves no room for output."""
+    prompt = rendered.tokens
+    context = info.context_length
+    room = context - len(prompt)
+    if room < 1:
+        raise ContextLengthExceeded(
+            f"the input is {len(prompt)} tokens; this model's context window is {context}",
+            param="input")
+    thinking = starts_in_reasoning(info, rendered.text)
+    generation = GenerationRequest(
+        prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
+        sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
+        top_logprobs=plan.top_logprobs, stop=plan.stop)
+    return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)
+
+
+def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
+    """How this response's decoded text becomes output items (parser + declared tools)."""
+    declared = {t.chat_name: (t.kind, t.name, t.namespace) for t in plan.tools}
+
+    def assemble(builder: ResponseBuilder) -> OutputAssembler:
+        parser = make_parser(info.tool_format, reasoning=info.reasoning,
+                             starts_in_reasoning=thinking)
+        return OutputAssembler(builder, parser, resolve=declared.get,
+                               allow_calls=plan.choice.mode != "none",
+                               parallel=plan.echo["parallel_tool_calls"],
+                               encrypted_reasoning=plan.encrypted_reasoning,
+                               starts_in_reasoning=thinking)
+
+    return assemble

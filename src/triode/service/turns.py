@@ -1,0 +1,315 @@
+"""The turn service: a response's create / continue / keep policy, in one typed object.
+
+Routes call its named methods and render what they return; it talks to the actors through
+their handles and builds everything else with the pure `responses` layer:
+
+- `create`: validate, restore the history (a `previous_response_id` chain or a
+  conversation), render, compact if asked, then start a supervisor (a background job is
+  first pinned in the response store, at the size of the record its end may need);
+- `prepare` (shared with `count_input_tokens` and `compact`, so all three count the same
+  tokens);
+- `keep`: the supervisor hands it every response's end before anyone is told of it: the
+  store write, the conversation append and the reasoning echo;
+- reads (`live`, `stored`, `stored_events`, `input_items`), `cancel`, `delete`, `abandon`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from typing import Any, Callable
+
+import attrs
+import trio
+
+from ..actors.model import ModelHandle
+from ..actors.registry import RegistryHandle
+from ..actors.store import (ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle,
+                            StoredResponse)
+from ..actors.supervisor import PrepareLater, Supervisor, SupervisorHandle
+from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited, StoreDisabled
+from ..model.request import Rendered
+from ..responses import compaction, history, translate
+from ..responses.builder import ResponseBuilder
+from ..responses.ids import new_id, usage
+from ..responses.items import chat_messages, turn_keys
+from ..responses.prepared import Compacted, Prepared, finalize
+from ..responses.translate import Plan
+from ..responses.wire import CompactRequest, CreateResponse
+from . import compactor
+
+CANCEL_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class Started:
+    """A response the create call started: its live handle, and whether it streams."""
+
+    handle: SupervisorHandle
+    stream: bool
+
+
+class Turns:
+    def __init__(self, *, model: ModelHandle, registry: RegistryHandle,
+                 responses: ResponseStoreHandle, conversations: ConversationStoreHandle,
+                 echo: ReasoningEchoHandle, model_names: tuple[str, ...],
+                 hosted_tools: str = "error", background_off: str | None = None):
+        """`background_off`: why background mode is off (one of its budgets is 0), if so."""
+        self._model = model
+        self._registry = registry
+        self._responses = responses
+        self._conversations = conversations
+        self._echo = echo
+        self.model_names = model_names
+        self._hosted_tools = hosted_tools
+        self._background_off = background_off
+
+    # ---- create ------------------------------------------------------------------------
+
+    async def create(self, req: CreateResponse) -> Started | dict[str, Any]:
+        """Starts a response: its live handle, or a background job's queued object."""
+        if req.background and self._background_off is not None:
+            translate.check_model(req.model, self.model_names)
+            raise InvalidRequest(f"background mode is off: {self._background_off}",
+                                 param="background")
+        plan, rendered = await self.prepare(req)
+        response_id = new_id("resp")
+        background = bool(req.background)
+        ready: Prepared | PrepareLater
+        if not self._needs_compaction(plan, rendered):
+            ready = finalize(req, plan, rendered, self._model.info)
+        elif background:
+            # The job compacts while queued: a refusal fails the job, not this call.
+            ready = functools.partial(self._compacted, req, plan, rendered)
+        else:
+            ready = await self._compacted(req, plan, rendered)  # a refusal is this call's 400
+
+        def make() -> Supervisor:
+            return Supervisor(response_id=response_id, plan=plan, ready=ready,
+                              model=self._model, background=background, keeper=self)
+
+        if background:
+            return await self._start_job(response_id, plan, make)
+        return Started(await self._registry.start(make), plan.stream)
+
+    async def prepare(self, req: CreateResponse, *, submits: bool = True
+                      ) -> tuple[Plan, Rendered]:
+        """Validates a create (or input_tokens, or compact) request and renders its input as
+        generation would see it: history (chain or conversation, compaction items
+        replayed), instructions, tools, restored reasoning. `submits=False`: only
+        counting, no generation follows."""
+        translate.check_model(req.model, self.model_names)
+        translate.validate(req)
+        past: list[dict[str, Any]] = []
+        conversation = None
+        if req.previous_response_id is not None:
+            await self._check_finished(req.previous_response_id)
+            past = await history.chain(self._responses, req.previous_response_id)
+        elif req.conversation is not None:
+            conversation = history.conversation_id(req.conversation)
+            past = await self._conversations.get(conversation) or []
+        plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
+                              hosted_tools=self._hosted_tools)
+        await self._restore_reasoning(plan.messages)
+        rendered = await self._model.render(plan.messages, plan.template_tools,
+                                            plan.template_kwargs, submits=submits)
+        return plan, rendered
+
+    def _needs_compaction(self, plan: Plan, rendered: Rendered) -> bool:
+        """context_management asks for compaction once the input reaches its threshold or
+        leaves no room for output."""
+        n = len(rendered.tokens)
+        return plan.compact_threshold is not None and (
+            n >= plan.compact_threshold or n >= self._model.info.context_length)
+
+    async def _compacted(self, req: CreateResponse, plan: Plan, rendered: Rendered
+                         ) -> Prepared:
+        """Compacts the plan's history before generation; the output will open with the
+        compaction item, and the kept turn is the compacted one."""
+        result = await compactor.compact(self._model, plan, before=len(rendered.tokens))
+        compacted = attrs.evolve(plan, messages=result.messages)
+        done = Compacted(result.item, result.before, result.after)
+        return finalize(req, compacted, result.rendered, self._model.info, done)
+
+    async def _check_finished(self, response_id: str) -> None:
+        """A response still running cannot be continued yet."""
+        live = await self._registry.lookup(response_id)
+        if live is not None and not live.done:
+            raise InvalidRequest(
+                f"previous response '{response_id}' has not finished (status: {live.status})",
+                param="previous_response_id")
+
+    async def _restore_reasoning(self, messages: list[dict[str, Any]]) -> None:
+        """Assistant turns sent back without their reasoning get the reasoning triode
+        generated for them, so the prompt renders as it was generated (the reasoning echo)."""
+        bare = [(m, key) for m, key in zip(messages, turn_keys(messages))
+                if key is not None and "reasoning_content" not in m]
+        for (message, _), text in zip(bare, await self._echo.recall(key for _, key in bare)):
+            if text is not None:
+                message["reasoning_content"] = text
+
+    async def _start_job(self, response_id: str, plan: Plan, make: Callable[[], Supervisor]
+                         ) -> dict[str, Any]:
+        """Accepts a background job: its approximate bytes are pinned in the response store
+        (429 when the active jobs would pass the byte budget), the registry counts it (429 at
+        max-jobs) and the model actor queues it (503 when full). Returns the queued object."""
+        builder = ResponseBuilder(response_id, plan.echo, background=True)
+        builder.created()
+        queued = builder.obj
+        # Room for the most the job's end can need: if its final object does not fit the
+        # budget, the `failed` one `keep` stores instead must (usage at its widest).
+        widest = {**queued, "usage": usage(*(history.USAGE_BOUND,) * 4)}
+        fallback = StoredResponse.of(*history.too_large(widest, plan.items, builder.events[0],
+                                                        ephemeral=not plan.store))
+        if not await self._responses.put(response_id, history.record(queued, plan.items),
+                                         pinned=True, reserve=fallback.size):
+            raise RateLimited("the active background responses would exceed "
+                              "--responses-store-max-bytes; retry after one finishes")
+        try:
+            handle = await self._registry.start(make, background=True)
+        except BaseException:
+            with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                await self._responses.delete(response_id)
+            raise
+        return handle.created()
+
+    # ---- counting and compacting -------------------------------------------------------
+
+    async def count_input_tokens(self, req: CreateResponse) -> int:
+        """The input's tokens exactly as `create` would render them."""
+        _, rendered = await self.prepare(req, submits=False)
+        return len(rendered.tokens)
+
+    async def compact(self, req: CompactRequest) -> dict[str, Any]:
+        """Summarizes a full history (in `input`) into kept items plus one compaction item;
+        stores nothing."""
+        translate.check_model(req.model, self.model_names)
+        for param in ("stream", "previous_response_id", "conversation"):
+            if getattr(req, param) not in (None, False):
+                raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; "
+                                     "send the full history in 'input'", param=param)
+        context = self._model.info.context_length
+        keep_tokens = req.keep_tokens
+        if keep_tokens is not None and keep_tokens < 1:
+            raise InvalidRequest("keep_tokens must be greater than 0", param="keep_tokens")
+        max_tokens = compaction.SUMMARY_MAX_TOKENS if req.max_output_tokens is None \
+            else req.max_output_tokens
+        if not 1 <= max_tokens <= compaction.SUMMARY_MAX_TOKENS_LIMIT:
+            raise InvalidRequest("max_output_tokens must be from 1 to "
+                                 f"{compaction.SUMMARY_MAX_TOKENS_LIMIT}",
+                                 param="max_output_tokens")
+        as_create = CreateResponse(
+            model=req.model, input=req.input, instructions=req.instructions, tools=req.tools,
+            tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
+            metadata=req.metadata, chat_template_kwargs=req.chat_template_kwargs)
+        plan, rendered = await self.prepare(as_create, submits=False)
+        if len(rendered.tokens) > context:
+            raise ContextLengthExceeded(
+                f"the history is {len(rendered.tokens)} tokens, longer than one context "
+                f"window ({context}); compact it in parts", param="input")
+        result = await compactor.compact(self._model, plan, before=len(rendered.tokens),
+                                         keep_tokens=keep_tokens, max_output_tokens=max_tokens,
+                                         submits=False)
+        return {"id": new_id("resp"), "object": "response.compaction",
+                "created_at": int(time.time()), "model": req.model,
+                "output": [*result.system, *result.kept, result.item], "usage": result.usage}
+
+    # ---- a response's end (the supervisor's Keeper) --------------------------------------
+
+    async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+                   ) -> None:
+        """At a response's end: store it (store: true, or any background job, whose final
+        object replaces its pinned entry); then, if it finished, extend its conversation,
+        if any, and remember the reasoning of the turn it returned."""
+        if obj.get("background"):
+            obj = await self._keep_job(plan, obj, events)
+        elif plan.store:
+            with contextlib.suppress(StoreDisabled):
+                await self._responses.put(obj["id"], history.record(obj, plan.items), events)
+        if obj["status"] not in ("completed", "incomplete"):
+            return  # a failed or cancelled turn adds nothing
+        turn = [*plan.messages, *chat_messages(None, obj["output"])]
+        await self._echo.remember((key, m["reasoning_content"])
+                                  for m, key in zip(turn, turn_keys(turn))
+                                  if key is not None and m.get("reasoning_content"))
+        if plan.conversation is not None:
+            with contextlib.suppress(StoreDisabled):
+                await self._conversations.append(plan.conversation,
+                                                 [*plan.items, *obj["output"]])
+
+    async def _keep_job(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+                        ) -> dict[str, Any]:
+        """A finished job's final object becomes a stored response (store: false: readable
+        for the ephemeral TTL only), replacing its pinned entry. One too big for the byte
+        budget is replaced by a `failed` response with empty output, so polling still gets
+        an answer; the pinned entry reserved room for that one (`_start_job`), so it is
+        always kept. Returns the object as kept."""
+        ephemeral = not plan.store
+        record = history.record(obj, plan.items, ephemeral=ephemeral)
+        if await self._responses.put(obj["id"], record, events, ephemeral=ephemeral):
+            return obj
+        record, kept_events = history.too_large(obj, plan.items, events[0],
+                                                ephemeral=ephemeral)
+        await self._responses.put(obj["id"], record, kept_events, ephemeral=ephemeral)
+        return dict(record["response"])
+
+    # ---- reading, cancelling, deleting -------------------------------------------------
+
+    async def live(self, response_id: str) -> SupervisorHandle | None:
+        """A response still running whose state is readable while it runs (a background
+        job, or a stored one), else None."""
+        live = await self._registry.lookup(response_id)
+        if live is not None and (live.background or live.snapshot.get("store")) \
+                and not live.done:
+            return live
+        return None
+
+    async def stored(self, response_id: str) -> dict[str, Any]:
+        """A stored response's record; 404 when there is none."""
+        rec = await self._responses.get(response_id)
+        if rec is None:
+            raise NotFound(f"No response found with id '{response_id}'.",
+                           param="response_id")
+        return dict(rec)
+
+    async def stored_events(self, response_id: str, starting_after: int
+                            ) -> list[dict[str, Any]]:
+        """A stored response's stream events after `starting_after`; 404 when none."""
+        await self.stored(response_id)
+        events = await self._responses.get_events(response_id) or []
+        return [e for e in events if e["sequence_number"] > starting_after]
+
+    async def input_items(self, response_id: str) -> list[dict[str, Any]]:
+        return list((await self.stored(response_id))["input"])
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        """Cancels a live response and returns what a GET now returns; a finished one is
+        returned unchanged."""
+        self._responses.check_enabled()
+        live = await self._registry.cancel(response_id)
+        if live is not None:
+            obj = await live.wait()
+            if not (obj.get("store") or live.background):
+                return obj
+        return dict((await self.stored(response_id))["response"])
+
+    async def delete(self, response_id: str) -> None:
+        """Deletes a stored response; an unfinished background job must be cancelled first."""
+        self._responses.check_enabled()
+        live = await self._registry.lookup(response_id)
+        if live is not None and live.background and not live.done:
+            raise InvalidRequest(f"background response '{response_id}' has not finished "
+                                 f"(status: {live.status}); cancel it before deleting it",
+                                 param="response_id")
+        if not await self._responses.delete(response_id):
+            raise NotFound(f"No response found with id '{response_id}'.",
+                           param="response_id")
+
+    async def abandon(self, handle: SupervisorHandle) -> None:
+        """A client that went away (disconnect, cancelled request) cancels its live
+        response."""
+        if not handle.done:
+            with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                await self._registry.cancel(handle.response_id)
+
