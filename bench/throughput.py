@@ -20,6 +20,8 @@ are stopped in `finally`.
     .venv/bin/python bench/throughput.py --model all                 # the full benchmark
     .venv/bin/python bench/throughput.py --smoke --model /tmp/tinytest  # a quick check
     .venv/bin/python bench/throughput.py --paths a,b,c --repeat 3      # less noise: median of 3
+    git worktree add /tmp/ref OLD && .venv/bin/python bench/throughput.py --model bundled \
+        --paths a,b,b-ref --ref-src /tmp/ref --repeat 3   # this tree's triode against OLD's
 
 The Markdown tables go to stdout (for docs/benchmarks.md); progress goes to stderr.
 """
@@ -51,9 +53,9 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_DIR = REPO / "src" / "triode" / "model" / "tiny"
-PATHS = ("a", "a-builtin", "b", "c")
+PATHS = ("a", "a-builtin", "b", "b-ref", "c")
 PATH_NAMES = {"a": "(a) mlx-lm", "a-builtin": "(a) builtin BLAS", "b": "(b) triode",
-              "c": "(c) mlx_lm.server"}
+              "b-ref": "(b-ref) triode at --ref-src", "c": "(c) mlx_lm.server"}
 ALIAS = "bench"
 SERVER_START_TIMEOUT = 600.0   # seconds; loading a model on a busy 2-core machine is slow
 REQUEST_TIMEOUT = 3600.0
@@ -290,6 +292,7 @@ def free_port() -> int:
 
 
 TRIODE_ENV: dict[str, str] = {}   # --triode-env: extra environment for the (b) server only
+REF_SRC: list[Path] = []          # --ref-src: the source tree the (b-ref) server runs
 
 
 @contextmanager
@@ -308,6 +311,21 @@ def triode_process(model_dir: Path, concurrency: int,
 def triode_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
     with triode_process(model_dir, concurrency, log_path) as (url, _):
         yield url
+
+
+@contextmanager
+def triode_ref_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+    """Triode from the --ref-src tree (another commit's checkout): its `src/` comes first on
+    PYTHONPATH, ahead of this tree's editable install; same flags, same environment."""
+    src = str(REF_SRC[0] / "src")
+    saved = dict(TRIODE_ENV)
+    TRIODE_ENV["PYTHONPATH"] = src + os.pathsep + os.environ.get("PYTHONPATH", "")
+    try:
+        with triode_process(model_dir, concurrency, log_path) as (url, _):
+            yield url
+    finally:
+        TRIODE_ENV.clear()
+        TRIODE_ENV.update(saved)
 
 
 @contextmanager
@@ -569,7 +587,8 @@ def markdown_table(results: dict[tuple[int, str], Result | None], levels: list[i
         a, b = rate(level, top), rate(level, bottom)
         return a / b if a and b else None
 
-    ratios = [(f"{t}/{b}", t, b) for t, b in (("b", "a"), ("b", "c"), ("a", "a-builtin"))
+    ratios = [(f"{t}/{b}", t, b) for t, b in (("b", "a"), ("b-ref", "a"), ("b", "b-ref"),
+                                              ("b", "c"), ("a", "a-builtin"))
               if t in paths and b in paths]
     header = (["C"] + [f"{PATH_NAMES[p]} tok/s" for p in paths]
               + [f"{PATH_NAMES[p]} TTFT p50 ms" for p in paths] + [name for name, _, _ in ratios])
@@ -624,6 +643,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="BLAS for the in-process path (a); the a-builtin path uses none")
     parser.add_argument("--triode-env", action="append", default=[], metavar="KEY=VALUE",
                         help="environment for the triode server (b) only; repeatable")
+    parser.add_argument("--ref-src", type=Path, metavar="DIR",
+                        help="a triode source tree (e.g. `git worktree add DIR OLD`) that the "
+                             "b-ref path serves, to compare two commits in one run")
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     TRIODE_ENV.update(item.split("=", 1) for item in args.triode_env)
@@ -635,6 +657,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.paths) - set(PATHS)
     if unknown:
         parser.error(f"--paths: unknown {', '.join(sorted(unknown))}; choose from {PATHS}")
+    if ("b-ref" in args.paths) != (args.ref_src is not None):
+        parser.error("the b-ref path and --ref-src go together")
+    if args.ref_src is not None:
+        if not (args.ref_src / "src" / "triode").is_dir():
+            parser.error(f"--ref-src: {args.ref_src} has no src/triode")
+        REF_SRC.append(args.ref_src.resolve())
     return args
 
 
@@ -687,8 +715,9 @@ def main(argv: list[str] | None = None) -> int:
                         elif path == "a-builtin":
                             result = measure_raw_builtin_blas(model_dir, prompts, level,
                                                               args.max_tokens)
-                        elif path == "b":
-                            result = measure_server(triode_server, one_triode_request,
+                        elif path in ("b", "b-ref"):
+                            server = triode_server if path == "b" else triode_ref_server
+                            result = measure_server(server, one_triode_request,
                                                     model_dir, prompts, level, args.max_tokens,
                                                     server_log)
                         else:
