@@ -5,7 +5,8 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
     ├── SettingsError          a setting that cannot start a server (names the flag)
     └── APIError               500 server_error
         ├── InvalidRequest     400 (ModelNotFound, NotSupportedYet, ContextLengthExceeded,
-        │                           StoreDisabled, constraints.InvalidSchema)
+        │                           StoreDisabled, constraints.InvalidSchema; with their own
+        │                           status: PayloadTooLarge 413, UnsupportedMediaType 415)
         ├── Unauthorized       401
         ├── NotFound           404
         ├── RateLimited        429
@@ -58,6 +59,14 @@ class NotSupportedYet(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
 
 
 class StoreDisabled(InvalidRequest):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from typing import Any
 
+import zstandard
 from quart import Response, request
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 # Bytes a request body may have; one more is a 413.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -19,8 +21,56 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 
 
+def decoded(raw: bytes, encoding: str | None) -> bytes:
+    """The body without its `Content-Encoding` (gzip, deflate or zstd), never more than
+    MAX_BODY_BYTES once decoded: a 413 past that, however small the compressed body (no zip
+    bombs: decoding stops one byte past the limit)."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip()]
+    for coding in reversed(codings):   # the last one listed was applied last
+        if coding == "identity":
+            continue
+        try:
+            if coding in ("gzip", "x-gzip", "deflate"):
+                # wbits 32 + MAX_WBITS: a gzip or a zlib header, detected
+                inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)
+                out = inflater.decompress(raw, MAX_BODY_BYTES + 1)
+                complete = inflater.eof
+            elif coding == "zstd":
+                out, complete = _unzstd(raw)
+            else:
+                raise UnsupportedMediaType(
+                    f"Content-Encoding '{coding}' is not supported; use gzip, deflate, zstd "
+                    "or none")
+        except (zlib.error, zstandard.ZstdError) as exc:
+            raise InvalidRequest(f"the request body is not valid {coding} ({exc})") from None
+        if len(out) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the decoded request body is larger than {MAX_BODY_BYTES} "
+                                  "bytes")
+        if not complete:
+            raise InvalidRequest(f"the request body is not valid {coding} (truncated)")
+        raw = out
+    return raw
+
+
+# zstd input is fed this many bytes at a time, so a bomb overshoots the limit by at most a
+# few MB of output before decoding stops (a 128 KiB block can take ~3 bytes).
+ZSTD_FEED_BYTES = 256
+
+
+def _unzstd(raw: bytes) -> tuple[bytes, bool]:
+    """(the decoded bytes, up to one past MAX_BODY_BYTES; whether the frame was complete)."""
+    inflater = zstandard.ZstdDecompressor().decompressobj()
+    out = bytearray()
+    for start in range(0, len(raw), ZSTD_FEED_BYTES):
+        out += inflater.decompress(raw[start:start + ZSTD_FEED_BYTES])
+        if len(out) > MAX_BODY_BYTES or inflater.eof:
+            break
+    return bytes(out[:MAX_BODY_BYTES + 1]), inflater.eof
+
+
 async def json_body() -> Any:
-    raw = await request.get_data()
+    sent = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+    raw = decoded(sent, request.headers.get("Content-Encoding"))
     try:
         body = json.loads(raw)
     except RecursionError:
