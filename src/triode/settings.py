@@ -55,8 +55,9 @@ class Settings:
     api_key: str | None = flag(
         None, "require `Authorization: Bearer KEY` on every route but /health")
     hosted_tools: str = flag(
-        "error", "hosted tool types (web_search, mcp, ...): `error` answers 400, `ignore` "
-        "drops them", choices=("error", "ignore"))
+        "ignore", "hosted tool types the local model cannot run (web_search, mcp, ...): "
+        "`ignore` drops them (a warning log line and the X-Triode-Dropped-Tools response "
+        "header name them), `error` answers 400", choices=("ignore", "error"))
     blas: str = flag("auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
                      choices=("auto", "mkl", "none"))
     prompt_cache_bytes: int = flag(

@@ -153,6 +153,45 @@ def test_compact_keeps_the_last_user_message_and_whole_tool_groups(small):
     assert shorter.input_tokens < full.input_tokens
 
 
+def test_compact_accepts_a_previous_response_id_chain(small):
+    """/compact with previous_response_id compacts the chain's history plus `input` (OpenAI's
+    API; the seed refuses it): the result equals compacting the same history sent whole, and
+    an unknown or unfinished chain is refused like a create's."""
+    client = small.client()
+    whole: list[dict] = []   # the same history, as a client would send it whole
+    previous = None
+    for user in history(4)[::2]:
+        resp = client.responses.create(model=MODEL, input=user["content"],
+                                       previous_response_id=previous)
+        previous = resp.id
+        whole += [user, {"role": "assistant", "content": resp.output_text}]
+    chained = client.responses.input_items.list(previous)  # the newest turn's input only
+    assert len(chained.data) == 1
+    body = {"model": MODEL, "keep_tokens": 30, "max_output_tokens": 16}
+    by_chain = small.http.post("/v1/responses/compact", json={
+        **body, "previous_response_id": previous, "input": "Reply with: done"})
+    assert by_chain.status_code == 200, by_chain.text
+    out = by_chain.json()["output"]
+    assert out[-1]["type"] == "compaction"
+    _, kept = decode(out[-1]["encrypted_content"], "x")
+    assert kept == out[:-1] and kept[-1]["content"][0]["text"] == "Reply with: done"
+    whole.append({"role": "user", "content": "Reply with: done"})
+    by_whole = small.http.post("/v1/responses/compact", json={**body, "input": whole})
+    assert by_whole.status_code == 200, by_whole.text
+
+    def shape(output):
+        return [(o["type"], o.get("role"), [p.get("text") for p in o.get("content", [])])
+                for o in output[:-1]]
+
+    assert shape(out) == shape(by_whole.json()["output"]), "the chain is the history compacted"
+    assert by_chain.json()["usage"]["input_tokens"] == by_whole.json()["usage"]["input_tokens"]
+    alone = small.http.post("/v1/responses/compact", json={**body, "input": "Reply with: done"})
+    assert alone.status_code == 400, "without the chain there is nothing to compact"
+    r = small.http.post("/v1/responses/compact", json={
+        **body, "previous_response_id": "resp_nope", "input": "x"})
+    assert r.status_code == 400 and error_of(r)["param"] == "previous_response_id"
+
+
 @pytest.mark.parametrize("extra,param", [
     ({"stream": True}, "stream"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"),

@@ -10,6 +10,7 @@ import pytest
 
 from triode.responses.tools import HOSTED_TYPES
 
+from ..conftest import run_server
 from .test_spine import MODEL, error_of, sse_events
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city.",
@@ -135,12 +136,30 @@ def test_namespace_call_keeps_namespace_and_name(client):
     assert json.loads(call["arguments"]) == {"path": "notes"}
 
 
-@pytest.mark.parametrize("kind", sorted(HOSTED_TYPES))
-def test_every_hosted_tool_type_is_400(server, kind):
-    """Hosted tool types are refused by name."""
-    r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x",
-                                                "tools": [{"type": kind}]})
-    assert r.status_code == 400 and kind in error_of(r)["message"]
+def test_hosted_tools_are_dropped_by_default_and_named(server):
+    """By default a request listing hosted tools (as Codex always does) is answered without
+    them; the X-Triode-Dropped-Tools header names each dropped type once, and the echoed
+    tools are the ones the model saw."""
+    hosted = [{"type": kind} for kind in sorted(HOSTED_TYPES)]
+    r = server.http.post("/v1/responses", json={
+        "model": MODEL, "input": "Reply with: amber", "max_output_tokens": 16,
+        "tools": [*hosted, {"type": "web_search"}, WEATHER]})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Triode-Dropped-Tools"].split(",") == sorted(HOSTED_TYPES)
+    assert [t["name"] for t in r.json()["tools"]] == ["get_weather"]
+    plain = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: amber",
+                                                    "max_output_tokens": 4})
+    assert "X-Triode-Dropped-Tools" not in plain.headers
+
+
+def test_hosted_tools_error_refuses_every_hosted_type_by_name():
+    """--hosted-tools error keeps the seed's strict 400, naming the tool and its param."""
+    with run_server("--hosted-tools", "error") as strict:
+        for kind in sorted(HOSTED_TYPES):
+            r = strict.http.post("/v1/responses", json={
+                "model": MODEL, "input": "x", "tools": [WEATHER, {"type": kind}]})
+            assert r.status_code == 400 and kind in error_of(r)["message"], kind
+            assert error_of(r)["param"] == "tools[1].type"
 
 
 def test_reasoning_item_then_message_with_the_same_ids_in_stream_and_store(client, server):

@@ -235,8 +235,6 @@ def test_metadata_at_the_limit_is_accepted(client):
 
 @pytest.mark.parametrize("field,value,param", [
     ("prompt", {"id": "pmpt_1"}, "prompt"),
-    ("input", [{"type": "item_reference", "id": "msg_1"}], "input[0]"),
-    ("include", ["file_search_call.results"], "include[0]"),
 ])
 def test_features_not_built_yet_are_refused_by_name(server, field, value, param):
     """A field whose feature is not built yet is a 400 naming it, never silently ignored."""
@@ -246,11 +244,40 @@ def test_features_not_built_yet_are_refused_by_name(server, field, value, param)
     assert "not supported yet" in error_of(r)["message"]
 
 
-def test_later_input_item_types_are_refused_by_index(server):
-    """item_reference items (a later feature) are a 400 naming their index."""
+def test_include_takes_openais_values_and_names_an_unknown_one(server):
+    """Every include value OpenAI defines is accepted (those about hosted tools' items change
+    nothing here); any other is a 400 naming its index."""
+    from triode.responses.translate import INCLUDES
+
+    r = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a",
+                                                "include": list(INCLUDES)})
+    assert r.status_code == 200, r.text
+    r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                "include": [INCLUDES[0], "nonsense.values"]})
+    assert r.status_code == 400 and error_of(r)["param"] == "include[1]"
+
+
+def test_item_reference_resolves_stored_items_and_names_an_unknown_id(client, server):
+    """An item_reference (typed, or a bare {"id"}) stands for the stored input or output
+    item with that id: a request that references the earlier turn's items renders exactly
+    as one that sends them whole. An unknown id is a 400 naming input[i].id."""
+    first = client.responses.create(model=MODEL, input="Reply with: amber falcon")
+    stored_input = client.responses.input_items.list(first.id).data[0]
+    answer = first.output[0]
+    follow = {"role": "user", "content": "Repeat your first answer."}
+    by_reference = client.responses.input_tokens.count(model=MODEL, input=[
+        {"type": "item_reference", "id": stored_input.id}, {"id": answer.id}, follow])
+    whole = client.responses.input_tokens.count(model=MODEL, input=[
+        {"role": "user", "content": "Reply with: amber falcon"},
+        {"role": "assistant", "content": answer.content[0].text}, follow])
+    assert by_reference.input_tokens == whole.input_tokens
+    again = client.responses.create(model=MODEL, input=[
+        {"type": "item_reference", "id": stored_input.id}, {"id": answer.id}, follow])
+    assert again.output_text == "amber falcon"
     r = server.http.post("/v1/responses", json={"model": MODEL, "input": [
-        {"role": "user", "content": "hi"}, {"type": "item_reference", "id": "msg_1"}]})
-    assert r.status_code == 400 and error_of(r)["param"] == "input[1]"
+        {"role": "user", "content": "hi"}, {"type": "item_reference", "id": "msg_nope"}]})
+    assert r.status_code == 400 and error_of(r)["param"] == "input[1].id"
+    assert "msg_nope" in error_of(r)["message"]
 
 
 # ---- slots, queue, disconnect ------------------------------------------------------------

@@ -4,7 +4,8 @@ import pytest
 
 from triode.errors import InvalidRequest
 from triode.responses.convert import structure
-from triode.responses.wire import CreateResponse, InputText, LaterItem, Message, OutputText, Refusal
+from triode.responses.wire import (CreateResponse, InputText, ItemReference, Message, OutputText,
+                                   Refusal)
 
 
 def test_messages_without_type_and_assistant_parts_are_accepted():
@@ -20,11 +21,15 @@ def test_messages_without_type_and_assistant_parts_are_accepted():
     assert req.input[2].content == [InputText(text="b")]
 
 
-def test_later_item_types_are_kept_for_the_validator():
-    """item_reference items structure as LaterItem so the validator can name them."""
-    raw = {"type": "item_reference", "id": "msg_1"}
-    req = structure({"model": "m", "input": [raw]}, CreateResponse)
-    assert req.input == [LaterItem(type="item_reference", raw=raw)]
+def test_item_references_structure_with_or_without_their_type():
+    """{"type": "item_reference", "id"} and a bare {"id"} (OpenAI's schema makes the type
+    optional) are item references; an extra field is still a 400 naming it."""
+    req = structure({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"},
+                                             {"id": "fc_2"}]}, CreateResponse)
+    assert req.input == [ItemReference(id="msg_1"), ItemReference(id="fc_2")]
+    with pytest.raises(InvalidRequest) as exc:
+        structure({"model": "m", "input": [{"id": "x", "text": "y"}]}, CreateResponse)
+    assert exc.value.param == "input[0].text"
 
 
 def test_tool_items_structure_strictly():

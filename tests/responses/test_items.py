@@ -2,7 +2,7 @@
 
 import pytest
 
-from triode.errors import InvalidRequest, NotSupportedYet
+from triode.errors import InvalidRequest
 from triode.responses.convert import structure
 from triode.responses.items import chat_messages, input_items
 from triode.responses.wire import CreateResponse
@@ -85,9 +85,10 @@ def test_non_json_arguments_stay_text():
     assert msgs[0]["tool_calls"][0]["function"]["arguments"] == "not json"
 
 
-def test_item_types_of_later_features_are_refused_by_index():
-    """compaction and item_reference items are a 400 naming their index."""
-    with pytest.raises(NotSupportedYet) as exc:
+def test_an_unresolved_item_reference_is_refused_by_index():
+    """An item_reference that reached translation unresolved is a 400 naming its index
+    (Turns.prepare resolves them first)."""
+    with pytest.raises(InvalidRequest) as exc:
         items_of([{"role": "user", "content": "a"}, {"type": "item_reference", "id": "x"}])
     assert exc.value.param == "input[1]"
 

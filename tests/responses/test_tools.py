@@ -3,7 +3,7 @@
 import pytest
 
 from triode.errors import InvalidRequest
-from triode.responses.tools import HOSTED_TYPES, parse_tool_choice, parse_tools
+from triode.responses.tools import HOSTED_TYPES, hosted_types, parse_tool_choice, parse_tools
 
 FN = {"type": "function", "name": "get_weather", "description": "d",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -30,11 +30,25 @@ def test_custom_and_namespace_tools():
 
 @pytest.mark.parametrize("kind", sorted(HOSTED_TYPES))
 def test_hosted_types_are_400_or_dropped(kind):
-    """Every hosted type is a 400 naming it by default and dropped with --hosted-tools ignore."""
+    """Every hosted type is a 400 naming it with --hosted-tools error, dropped with ignore."""
     with pytest.raises(InvalidRequest) as exc:
         parse_tools([FN, {"type": kind}], hosted="error")
     assert exc.value.param == "tools[1].type" and kind in exc.value.message
     assert [t.name for t in parse_tools([FN, {"type": kind}], hosted="ignore")] == ["get_weather"]
+
+
+def test_hosted_types_lists_each_dropped_type_once():
+    assert hosted_types([FN, {"type": "web_search"}, {"type": "mcp"}, {"type": "web_search"},
+                         {"type": ["x"]}, "junk"]) == ("web_search", "mcp")
+    assert hosted_types(None) == ()
+
+
+@pytest.mark.parametrize("tool", [{"type": ["function"]}, {"type": {"a": 1}}, {"type": 3}, {}])
+def test_a_tool_type_that_is_not_a_string_is_a_400_naming_it(tool):
+    """A list or object as a tool's type is a 400 naming tools[i].type, not a TypeError."""
+    with pytest.raises(InvalidRequest) as exc:
+        parse_tools([FN, tool], hosted="ignore")
+    assert exc.value.param == "tools[1].type"
 
 
 @pytest.mark.parametrize("raw,param", [

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from typing import Any, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 import attrs
 
@@ -108,8 +108,12 @@ class _Entry:
 
 
 class BudgetedMap:
-    def __init__(self, *, max_entries: int, max_bytes: int, ttl_secs: float) -> None:
+    def __init__(self, *, max_entries: int, max_bytes: int, ttl_secs: float,
+                 on_remove: Callable[[Hashable], None] | None = None) -> None:
+        """`on_remove(key)` is told of every entry that leaves, for whatever reason (evicted,
+        expired, deleted, replaced), so an owner can keep an index of the entries in step."""
         self.max_entries = max_entries
+        self._on_remove = on_remove
         self.max_bytes = max_bytes
         self.ttl_secs = ttl_secs
         # Ordinary entries twice: by recency for LRU, and by insert time for TTL, one queue
@@ -308,10 +312,14 @@ class BudgetedMap:
         if not queue:
             del self._by_insertion[entry.ttl]
         self._bytes -= entry.size
+        if self._on_remove is not None:
+            self._on_remove(key)
 
     def _discard(self, key: Hashable) -> None:
         if key in self._pinned:
             self._pinned_bytes -= self._pinned.pop(key).size
+            if self._on_remove is not None:
+                self._on_remove(key)
         elif key in self._by_recency:
             self._remove_ordinary(key)
 

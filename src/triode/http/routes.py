@@ -9,7 +9,7 @@ import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NotFound
 from ..responses.convert import structure
 from ..responses.wire import CompactRequest, CreateResponse
 from ..service.turns import Started
@@ -38,18 +38,29 @@ def route(path: str, **kwargs: Any) -> Callable[[View], View]:
     return deco
 
 
+# Names the hosted tool types a create dropped (`--hosted-tools ignore`), comma-separated.
+DROPPED_TOOLS_HEADER = "X-Triode-Dropped-Tools"
+
+
 @route("/responses", methods=["POST"])
 async def create_response() -> Response:
-    turns = handles().turns
-    started = await turns.create(structure(await json_body(), CreateResponse))
-    if not isinstance(started, Started):
-        return json_response(started)   # a background job: its queued object
+    started = await handles().turns.create(structure(await json_body(), CreateResponse))
+    response = await answer_for(started)
+    if started.dropped_tools:
+        response.headers[DROPPED_TOOLS_HEADER] = ",".join(started.dropped_tools)
+    return response
+
+
+async def answer_for(started: Started) -> Response:
+    """A background job's queued object, the stream, or the finished object."""
+    if started.background:
+        return json_response(started.handle.created())
     if started.stream:
         return await stream_response(started.handle)
     try:
         obj = await started.handle.wait()
     finally:
-        await turns.abandon(started.handle)
+        await handles().turns.abandon(started.handle)
     return json_response(obj)
 
 
@@ -123,10 +134,22 @@ async def list_input_items(response_id: str) -> Response:
 
 @route("/models", methods=["GET"])
 async def list_models() -> Response:
+    return json_response({"object": "list", "data": [model_object()]})
+
+
+@route("/models/<path:model_id>", methods=["GET"])
+async def retrieve_model(model_id: str) -> Response:
+    """The loaded model under any name a request's `model` may use; else 404."""
+    if model_id not in handles().model_names:
+        raise NotFound(f"The model '{model_id}' does not exist", param="model",
+                       code="model_not_found")
+    return json_response(model_object())
+
+
+def model_object() -> dict[str, Any]:
     h = handles()
-    return json_response({"object": "list", "data": [
-        {"id": h.model_names[0], "object": "model", "created": h.started_at,
-         "owned_by": "triode"}]})
+    return {"id": h.model_names[0], "object": "model", "created": h.started_at,
+            "owned_by": "triode", "context_window": h.model.info.context_length}
 
 
 # ---- SSE ------------------------------------------------------------------------------------

@@ -83,9 +83,9 @@ def _content_part(value: Any, _: Any) -> wire.ContentPart:
 
 
 def _item(value: Any, _: Any) -> wire.InputItem:
-    if isinstance(value, dict) and value.get("type") in wire.LATER_ITEM_TYPES:
-        return wire.LaterItem(type=value["type"], raw=value)
-    default = "message" if isinstance(value, dict) and "role" in value else None
+    default = None   # OpenAI's schema lets a message and an item_reference leave out `type`
+    if isinstance(value, dict):
+        default = "message" if "role" in value else "item_reference" if "id" in value else None
     item: wire.InputItem = _tagged(value, wire.ITEM_TYPES, "input item", default)
     return item
 

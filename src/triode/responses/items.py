@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Any
 
-from ..errors import InvalidRequest, NotSupportedYet
+from ..errors import InvalidRequest
 from . import compaction, wire
 from .ids import new_id
 from .output import decrypt_reasoning
@@ -91,9 +91,9 @@ def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
             return out
         case wire.CompactionItem():
             return _compaction(item, param)
-        case wire.LaterItem():
-            raise NotSupportedYet(f"input items of type '{item.type}' are not supported yet "
-                                  "by this server", param=param)
+        case wire.ItemReference():
+            # Turns.prepare replaces every reference with the item it names.
+            raise InvalidRequest(f"item_reference '{item.id}' was not resolved", param=param)
     raise InvalidRequest("unsupported input item", param=param)
 
 
@@ -111,7 +111,7 @@ def _compaction(item: wire.CompactionItem, param: str) -> dict[str, Any]:
         except InvalidRequest as exc:
             raise InvalidRequest(f"compaction item {j} is invalid: {exc.message}",
                                  param=where) from None
-        if isinstance(parsed, (wire.CompactionItem, wire.LaterItem)):
+        if isinstance(parsed, (wire.CompactionItem, wire.ItemReference)):
             raise InvalidRequest(f"compaction item {j}: a compaction cannot keep a "
                                  f"'{parsed.type}' item", param=where)
         kept.append(canonical(parsed, where))

@@ -3,7 +3,9 @@
 Accepted: `function` tools (the Responses flat shape, or the chat shape nested under
 `function`), `custom` tools (free-form text input, optional `format` grammar of syntax `lark`
 or `regex`) and `namespace` tools (a named group of function tools). Hosted tool types are a
-400 naming the tool, or dropped with `--hosted-tools ignore`.
+dropped by default (`--hosted-tools ignore`: the local model cannot run them, and clients
+such as Codex always send them; `hosted_types` names what was dropped), or a 400 naming the
+tool with `--hosted-tools error`.
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def _custom(obj: dict[str, Any], param: str, namespace: str | None) -> Tool:
     return Tool("custom", name, namespace, _field(obj, "description", str, param), format=fmt)
 
 
+def hosted_types(raw: list[dict[str, Any]] | None) -> tuple[str, ...]:
+    """The hosted tool types a request lists (what `--hosted-tools ignore` drops), each once."""
+    kinds = (obj.get("type") for obj in raw or () if isinstance(obj, dict))
+    return tuple(dict.fromkeys(k for k in kinds if isinstance(k, str) and k in HOSTED_TYPES))
+
+
 def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str) -> list[Tool]:
     """Validates the request's tools; hosted types are refused, or dropped when `hosted` is
     `ignore`. Tool names (namespace-qualified) must be unique."""
@@ -108,6 +116,9 @@ def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str) -> list[Tool]:
         if not isinstance(obj, dict):
             raise InvalidRequest(f"'{param}' must be an object", param=param)
         kind = obj.get("type")
+        if not isinstance(kind, str):
+            raise InvalidRequest(f"Invalid value for '{param}.type': expected a string",
+                                 param=f"{param}.type")
         if kind == "function":
             tools.append(_function(obj, param, None))
         elif kind == "custom":

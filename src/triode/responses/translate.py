@@ -16,9 +16,15 @@ from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
-from .tools import Tool, ToolChoice, parse_tool_choice, parse_tools
+from .tools import Tool, ToolChoice, hosted_types, parse_tool_choice, parse_tools
 
-SUPPORTED_INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs")
+# OpenAI's `include` values. The first two change the output; the others ask for parts of
+# items this server never produces (hosted tools' calls, input images), so they change
+# nothing, as OpenAI's do when a response has no such item.
+INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs",
+            "file_search_call.results", "web_search_call.results",
+            "web_search_call.action.sources", "message.input_image.image_url",
+            "computer_call_output.output.image_url", "code_interpreter_call.outputs")
 MAX_STOP_SEQUENCES = 16
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
@@ -45,6 +51,8 @@ class Plan:
     top_logprobs: int | None          # None unless the request includes output_text.logprobs
     history: list[dict[str, Any]] = attrs.Factory(list)  # every item rendered, replayed
     compact_threshold: int | None = None   # context_management's compaction threshold
+    dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
+    background: bool = False
 
 
 def _later(param: str, what: str) -> NotSupportedYet:
@@ -119,8 +127,9 @@ def validate(req: wire.CreateResponse) -> None:
         raise _later("prompt", "prompt")
     compact_threshold(req)
     for i, value in enumerate(req.include or []):
-        if value not in SUPPORTED_INCLUDES:
-            raise _later(f"include[{i}]", f"include value '{value}'")
+        if value not in INCLUDES:
+            raise InvalidRequest(f"Invalid value for 'include[{i}]': '{value}'; expected one "
+                                 f"of {', '.join(INCLUDES)}", param=f"include[{i}]")
 
 
 def starts_in_reasoning(info: ModelInfo, prompt_text: str) -> bool:
@@ -167,7 +176,7 @@ def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
 
 def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[dict[str, Any]] = (), conversation: str | None = None, *,
-         hosted_tools: str = "error") -> Plan:
+         hosted_tools: str = "ignore") -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors."""
     tools = parse_tools(req.tools, hosted=hosted_tools)
     choice = parse_tool_choice(req.tool_choice, tools)
@@ -220,4 +229,6 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 stop=stop_sequences(req), template_kwargs=req.chat_template_kwargs or {},
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
-                history=replayed, compact_threshold=compact_threshold(req))
+                history=replayed, compact_threshold=compact_threshold(req),
+                dropped_tools=hosted_types(req.tools) if hosted_tools == "ignore" else (),
+                background=bool(req.background))

@@ -128,26 +128,24 @@ class CompactionItem:
     type: Literal["compaction"] = "compaction"
 
 
-# Item types whose feature a later part of triode brings: accepted by the schema, answered
-# with a 400 "not supported yet" by the request validator rather than an "unknown type".
-LATER_ITEM_TYPES = ("item_reference",)
-
-
 @attrs.frozen(kw_only=True)
-class LaterItem:
-    type: str
-    raw: dict[str, Any] = attrs.Factory(dict)
+class ItemReference:
+    """An earlier item by id: resolved against the request's history and the stored
+    responses' input and output items before translation (`Turns.prepare`)."""
+
+    id: str
+    type: Literal["item_reference"] = "item_reference"
 
 
 ITEM_TYPES = {
     "message": Message, "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
     "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
-    "compaction": CompactionItem,
+    "compaction": CompactionItem, "item_reference": ItemReference,
 }
 
 InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
-                  CustomToolCallOutput, ReasoningItem, CompactionItem, LaterItem]
+                  CustomToolCallOutput, ReasoningItem, CompactionItem, ItemReference]
 
 
 # ---- the request ----------------------------------------------------------------------------
@@ -228,8 +226,9 @@ class ItemList:
 
 @attrs.frozen(kw_only=True)
 class CompactRequest:
-    """`POST /v1/responses/compact`: the full history in `input`; `previous_response_id`,
-    `conversation` and `stream` are parsed only to be refused by name."""
+    """`POST /v1/responses/compact`: the history in `input`, after the `previous_response_id`
+    chain if one is named; `conversation` and `stream` are parsed only to be refused by
+    name."""
 
     model: str
     input: Union[str, list[InputItem]] = attrs.Factory(list)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from typing import Any, Callable
 
@@ -36,25 +37,31 @@ from ..responses.ids import new_id, usage
 from ..responses.items import chat_messages, turn_keys
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.translate import Plan
-from ..responses.wire import CompactRequest, CreateResponse
+from ..responses.convert import structure
+from ..responses.wire import (CompactRequest, CreateResponse, InputItem, ItemList,
+                              ItemReference)
 from . import compactor
+
+log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT = 5.0
 
 
 @attrs.frozen
 class Started:
-    """A response the create call started: its live handle, and whether it streams."""
+    """A response the create call started: its live handle and how to answer for it."""
 
     handle: SupervisorHandle
     stream: bool
+    background: bool                 # answer with the queued object (handle.created())
+    dropped_tools: tuple[str, ...]   # hosted tool types the request listed and lost
 
 
 class Turns:
     def __init__(self, *, model: ModelHandle, registry: RegistryHandle,
                  responses: ResponseStoreHandle, conversations: ConversationStoreHandle,
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
-                 hosted_tools: str = "error", background_off: str | None = None):
+                 hosted_tools: str = "ignore", background_off: str | None = None):
         """`background_off`: why background mode is off (one of its budgets is 0), if so."""
         self._model = model
         self._registry = registry
@@ -67,13 +74,16 @@ class Turns:
 
     # ---- create ------------------------------------------------------------------------
 
-    async def create(self, req: CreateResponse) -> Started | dict[str, Any]:
-        """Starts a response: its live handle, or a background job's queued object."""
+    async def create(self, req: CreateResponse) -> Started:
+        """Starts a response (a background job: accepts it)."""
         if req.background and self._background_off is not None:
             translate.check_model(req.model, self.model_names)
             raise InvalidRequest(f"background mode is off: {self._background_off}",
                                  param="background")
         plan, rendered = await self.prepare(req)
+        if plan.dropped_tools:
+            log.warning("dropped hosted tools this server cannot run: %s",
+                        ", ".join(plan.dropped_tools))
         response_id = new_id("resp")
         background = bool(req.background)
         ready: Prepared | PrepareLater
@@ -90,8 +100,10 @@ class Turns:
                               model=self._model, background=background, keeper=self)
 
         if background:
-            return await self._start_job(response_id, plan, make)
-        return Started(await self._registry.start(make), plan.stream)
+            handle = await self._start_job(response_id, plan, make)
+        else:
+            handle = await self._registry.start(make)
+        return Started(handle, plan.stream, background, plan.dropped_tools)
 
     async def prepare(self, req: CreateResponse, *, submits: bool = True
                       ) -> tuple[Plan, Rendered]:
@@ -109,12 +121,36 @@ class Turns:
         elif req.conversation is not None:
             conversation = history.conversation_id(req.conversation)
             past = await self._conversations.get(conversation) or []
+        req = await self._resolve_references(req, past)
         plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
                               hosted_tools=self._hosted_tools)
         await self._restore_reasoning(plan.messages)
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
         return plan, rendered
+
+    async def _resolve_references(self, req: CreateResponse, past: list[dict[str, Any]]
+                                  ) -> CreateResponse:
+        """Every `item_reference` in the input, replaced by the item it names: one of the
+        history's (the chain or conversation), else any stored response's input or output
+        item (not a `store: false` one's). An unknown id is a 400 naming it."""
+        if isinstance(req.input, str) or not any(
+                isinstance(item, ItemReference) for item in req.input):
+            return req
+        known = {item["id"]: item for item in past if isinstance(item.get("id"), str)}
+        resolved: list[InputItem] = []
+        for i, item in enumerate(req.input):
+            if isinstance(item, ItemReference):
+                found = known.get(item.id)
+                if found is None:
+                    with contextlib.suppress(StoreDisabled):
+                        found = await self._responses.find_item(item.id)
+                if found is None:
+                    raise InvalidRequest(f"Item with id '{item.id}' not found.",
+                                         param=f"input[{i}].id")
+                item = structure({"input": [found]}, ItemList).input[0]
+            resolved.append(item)
+        return attrs.evolve(req, input=resolved)
 
     def _needs_compaction(self, plan: Plan, rendered: Rendered) -> bool:
         """context_management asks for compaction once the input reaches its threshold or
@@ -150,10 +186,10 @@ class Turns:
                 message["reasoning_content"] = text
 
     async def _start_job(self, response_id: str, plan: Plan, make: Callable[[], Supervisor]
-                         ) -> dict[str, Any]:
+                         ) -> SupervisorHandle:
         """Accepts a background job: its approximate bytes are pinned in the response store
         (429 when the active jobs would pass the byte budget), the registry counts it (429 at
-        max-jobs) and the model actor queues it (503 when full). Returns the queued object."""
+        max-jobs) and the model actor queues it (503 when full)."""
         builder = ResponseBuilder(response_id, plan.echo, background=True)
         builder.created()
         queued = builder.obj
@@ -172,7 +208,7 @@ class Turns:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 await self._responses.delete(response_id)
             raise
-        return handle.created()
+        return handle
 
     # ---- counting and compacting -------------------------------------------------------
 
@@ -182,13 +218,15 @@ class Turns:
         return len(rendered.tokens)
 
     async def compact(self, req: CompactRequest) -> dict[str, Any]:
-        """Summarizes a full history (in `input`) into kept items plus one compaction item;
-        stores nothing."""
+        """Summarizes a history into kept items plus one compaction item; stores nothing.
+        The history is `input`, after the `previous_response_id` chain if one is named (as
+        OpenAI's API does; a superset of the seed, which refuses it)."""
         translate.check_model(req.model, self.model_names)
-        for param in ("stream", "previous_response_id", "conversation"):
+        for param in ("stream", "conversation"):
             if getattr(req, param) not in (None, False):
                 raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; "
-                                     "send the full history in 'input'", param=param)
+                                     "send the history in 'input' (and "
+                                     "'previous_response_id')", param=param)
         context = self._model.info.context_length
         keep_tokens = req.keep_tokens
         if keep_tokens is not None and keep_tokens < 1:
@@ -202,7 +240,8 @@ class Turns:
         as_create = CreateResponse(
             model=req.model, input=req.input, instructions=req.instructions, tools=req.tools,
             tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
-            metadata=req.metadata, chat_template_kwargs=req.chat_template_kwargs)
+            metadata=req.metadata, chat_template_kwargs=req.chat_template_kwargs,
+            previous_response_id=req.previous_response_id)
         plan, rendered = await self.prepare(as_create, submits=False)
         if len(rendered.tokens) > context:
             raise ContextLengthExceeded(
