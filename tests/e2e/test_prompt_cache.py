@@ -45,6 +45,23 @@ def test_streamed_usage_reports_cached_tokens_too(client):
     assert cached(final) == final.usage.input_tokens - 1
 
 
+def test_prompt_cache_key_routes_the_cache(client):
+    """A request's prompt_cache_key is its cache namespace: the same prompt under the same
+    key reuses the cache; under a new key nothing is reused, and without a key only what
+    the shared namespace holds (a common prefix of earlier prompts, not this prompt's
+    entry); the key is echoed on the response."""
+    prompt = "Reply with: walnut prism echo"
+    first = client.responses.create(model=MODEL, input=prompt, prompt_cache_key="team-a")
+    assert first.prompt_cache_key == "team-a" and cached(first) == 0
+    same = client.responses.create(model=MODEL, input=prompt, prompt_cache_key="team-a")
+    assert cached(same) == same.usage.input_tokens - 1
+    other = client.responses.create(model=MODEL, input=prompt, prompt_cache_key="team-b")
+    assert cached(other) == 0
+    unkeyed = client.responses.create(model=MODEL, input=prompt)
+    assert cached(unkeyed) < unkeyed.usage.input_tokens - 1
+    assert first.output_text == same.output_text == other.output_text == unkeyed.output_text
+
+
 @pytest.fixture(scope="module")
 def uncached():
     with run_server("--prompt-cache-bytes", "0") as s:

@@ -57,7 +57,9 @@ class StepOutput:
 # (this step's outputs, idle, the prompt cache's (entries, bytes) or None) -> commands
 Exchange = Callable[[list[StepOutput], bool, "tuple[int, int] | None"], Sequence[Command]]
 
-PROMPT_CACHE_KEY = "model"        # one model per engine: every entry is this model's
+# The prompt cache's namespace for requests without a `prompt_cache_key` (one model per
+# engine: every entry is this model's); a request's key names a namespace of its own.
+PROMPT_CACHE_KEY = "model"
 PROMPT_CACHE_MAX_ENTRIES = 64     # distinct cached sequences (prefixes of a kept one are dropped)
 
 
@@ -149,11 +151,12 @@ class PromptCache:
 
         self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
 
-    def fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
+    def fetch(self, prompt: list[int], namespace: str = PROMPT_CACHE_KEY
+              ) -> tuple[Any, list[int]]:
         """(a KV cache covering a prefix of `prompt` or None, the tokens still to prefill)."""
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-        kv, rest = self._lru.fetch_nearest_cache(PROMPT_CACHE_KEY, prompt)
+        kv, rest = self._lru.fetch_nearest_cache(namespace, prompt)
         if kv is not None and not rest:  # all of it cached: feed the last token again
             if not can_trim_prompt_cache(kv):
                 return None, prompt
@@ -161,7 +164,7 @@ class PromptCache:
             rest = prompt[-1:]
         return kv, rest
 
-    def keep(self, tokens: list[int], kv: Any) -> None:
+    def keep(self, tokens: list[int], kv: Any, namespace: str = PROMPT_CACHE_KEY) -> None:
         import mlx.core as mx
 
         if sum(c.nbytes for c in kv) > self._lru.max_bytes:
@@ -169,7 +172,7 @@ class PromptCache:
         # A finished sequence's cache is a lazy copy out of the whole batch's KV buffers:
         # evaluated now, it holds its own few KB per token instead of pinning those buffers.
         mx.eval([c.state for c in kv])
-        self._lru.insert_cache(PROMPT_CACHE_KEY, list(tokens), kv)
+        self._lru.insert_cache(namespace, list(tokens), kv)
 
     @property
     def nbytes(self) -> int:
@@ -189,6 +192,7 @@ class _Sequence:
     constraint: Any           # its constrained-decoding processor, if any
     top_logprobs: int | None  # None: no logprobs
     cached_tokens: int        # prompt tokens the prompt cache supplied, until the 1st output
+    cache_namespace: str      # where its finished KV cache is kept
 
 
 class Engine:
@@ -251,7 +255,7 @@ class Engine:
                         del running[seq.uid], by_generator[r.uid]
                         error = seq.constraint.error if seq.constraint is not None else None
                         if cache is not None and r.prompt_cache is not None:
-                            cache.keep(r.all_tokens, r.prompt_cache)
+                            cache.keep(r.all_tokens, r.prompt_cache, seq.cache_namespace)
                     outputs.append(StepOutput(seq.uid, r.token, seq.detokenizer.last_segment,
                                               r.finish_reason, error, entry, seq.cached_tokens))
                     seq.cached_tokens = 0   # reported on the first output only
@@ -268,10 +272,11 @@ class Engine:
         if chain:
             extra["logits_processors"] = [chain]
         prompt = list(request.prompt)
-        kv, rest = cache.fetch(prompt) if cache is not None else (None, prompt)
+        namespace = request.cache_key or PROMPT_CACHE_KEY
+        kv, rest = cache.fetch(prompt, namespace) if cache is not None else (None, prompt)
         reused = len(prompt) - len(rest)
         (generator_uid,) = generator.insert(
             [rest], [request.max_tokens], caches=[kv], all_tokens=[prompt[:reused]],
             samplers=[sampler_for(request.sampling)], **extra)
         return _Sequence(cmd.uid, generator_uid, tokenizer.detokenizer, constraint,
-                         request.top_logprobs, reused)
+                         request.top_logprobs, reused, namespace)

@@ -49,6 +49,9 @@ class GenerationRequest:
     top_logprobs: int | None = None   # None: no logprobs; else alternatives per token
     stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     priority: int = 0
+    # The prompt cache's namespace (the request's `prompt_cache_key`): a prompt reuses and
+    # leaves KV caches among those of requests with the same key; "" is the shared one.
+    cache_key: str = ""
 
 
 @attrs.frozen
