@@ -4,7 +4,8 @@
     ├── ModelActor (+ engine thread)
     ├── Registry (+ one Supervisor per live response)
     ├── ResponseStore, ConversationStore, ReasoningEchoStore
-    └── → Handles: the actors' handles and the turn service, for the HTTP layer
+    └── → Handles: the actors' handles, the turn service and the conversation service,
+          for the HTTP layer
 
 `triode serve` (cli.py) starts it and then hypercorn beside it; under plain hypercorn
 (`hypercorn --worker-class trio 'triode.http.app:create_app()'`) the app's lifespan starts
@@ -26,6 +27,7 @@ from .actors.store import (ConversationStore, ConversationStoreHandle, Reasoning
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .model.blas import preload_blas
 from .model.loading import BUNDLED_PATH
+from .service.conversations import Conversations
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
 
@@ -36,8 +38,8 @@ BUNDLED_ALIAS = "triode-tiny"
 
 @attrs.frozen
 class Handles:
-    """What the HTTP layer is given: the turn service, the actors' handles (for monitoring)
-    and a few fixed facts."""
+    """What the HTTP layer is given: the turn service, the conversation service, the actors'
+    handles (for monitoring) and a few fixed facts."""
 
     turns: Turns
     model: ModelHandle
@@ -47,6 +49,7 @@ class Handles:
     echo: ReasoningEchoHandle
     model_names: tuple[str, ...]
     blas: str
+    conversations_api: Conversations
     api_key: str | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
 
@@ -117,4 +120,4 @@ async def start_actors(settings: Settings, *,
         task_status.started(Handles(
             turns=turns, model=model, registry=registry, responses=responses,
             conversations=conversations, echo=echo, model_names=names, blas=blas,
-            api_key=settings.api_key))
+            conversations_api=Conversations(conversations), api_key=settings.api_key))

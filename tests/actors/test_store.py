@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -151,7 +152,7 @@ async def test_replacing_a_response_replaces_its_bytes(nursery):
 
 @pytest.mark.trio
 async def test_transcript_bytes_track_its_json_size(nursery):
-    """Appending items grows the conversation by exactly its compact JSON size."""
+    """A transcript's bytes are exactly its record's compact JSON: its object, then items."""
     conversations = await start_conversations(nursery)
     first = [{"role": "user", "content": [{"type": "input_text", "text": "안녕"}]}]
     second = [{"role": "assistant", "content": "hi"}, {"type": "function_call", "name": "f"}]
@@ -160,7 +161,166 @@ async def test_transcript_bytes_track_its_json_size(nursery):
     assert await conversations.append("conv_1", second)
     assert transcript == first
     assert await conversations.get("conv_1") == first + second
-    assert (await conversations.statistics()).bytes == len(encode_json(first + second))
+    record = await conversations.read("conv_1")
+    assert (await conversations.statistics()).bytes == \
+        len(encode_json([record.conversation, *first, *second]))
+
+
+def conversation(cid: str = "conv_1", **metadata: str) -> dict[str, Any]:
+    return {"id": cid, "object": "conversation", "created_at": 1700000000,
+            "metadata": metadata}
+
+
+def message(mid: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": mid, "role": "user",
+            "content": [{"type": "input_text", "text": text}]}
+
+
+async def stored_bytes(store: ConversationStoreHandle) -> int:
+    return (await store.statistics()).bytes
+
+
+@pytest.mark.trio
+async def test_created_conversation_reads_back_as_object_and_items(nursery):
+    """create keeps the object and items as one record whose bytes are its exact JSON size."""
+    conversations = await start_conversations(nursery)
+    items = [message("msg_1", "héllo"), message("msg_2", "there")]
+    assert await conversations.create(conversation(k="v"), items)
+    record = await conversations.read("conv_1")
+    assert (record.conversation, record.items) == (conversation(k="v"), items)
+    assert await conversations.get("conv_1") == items
+    assert await stored_bytes(conversations) == len(encode_json([conversation(k="v"), *items]))
+    assert await conversations.create(conversation("conv_2"))
+    assert (await conversations.read("conv_2")).items == []
+    assert await conversations.get("conv_2") == []
+    assert await conversations.read("conv_missing") is None
+
+
+@pytest.mark.trio
+async def test_implicit_conversation_gets_an_object_made_at_its_first_write(nursery):
+    """append to an unknown id creates its object (created_at: now, no metadata) once."""
+    conversations = await start_conversations(nursery)
+    before = int(time.time())
+    await conversations.append("my-id", [message("msg_1", "a")])
+    after = int(time.time())
+    first = (await conversations.read("my-id")).conversation
+    assert first["id"] == "my-id" and first["object"] == "conversation"
+    assert before <= first["created_at"] <= after and first["metadata"] == {}
+    await conversations.append("my-id", [message("msg_2", "b")])
+    record = await conversations.read("my-id")
+    assert record.conversation == first
+    assert [item["id"] for item in record.items] == ["msg_1", "msg_2"]
+
+
+@pytest.mark.trio
+async def test_extend_never_creates(nursery):
+    """extend appends to an existing conversation and answers None for an unknown one."""
+    conversations = await start_conversations(nursery)
+    assert await conversations.extend("conv_1", [message("msg_1", "a")]) is None
+    assert await conversations.read("conv_1") is None
+    assert (await conversations.statistics()).entries == 0
+    await conversations.create(conversation())
+    assert await conversations.extend("conv_1", [message("msg_1", "a")]) is True
+    assert await conversations.get("conv_1") == [message("msg_1", "a")]
+    assert await stored_bytes(conversations) == \
+        len(encode_json([conversation(), message("msg_1", "a")]))
+
+
+@pytest.mark.trio
+async def test_replacing_the_object_keeps_items_age_and_exact_bytes(nursery, clock):
+    """replace_conversation swaps the object only: items stay, the TTL still counts from
+    creation, bytes follow the new size; an unknown conversation is False."""
+    conversations = await start_conversations(nursery, ttl_secs=10)
+    created_at = trio.current_time()
+    items = [message("msg_1", "a")]
+    await conversations.create(conversation(), items)
+    await trio.sleep_until(created_at + 5)
+    updated = conversation(key="a longer value than before")
+    assert await conversations.replace_conversation(updated)
+    record = await conversations.read("conv_1")
+    assert (record.conversation, record.items) == (updated, items)
+    assert await stored_bytes(conversations) == len(encode_json([updated, *items]))
+    assert await conversations.replace_conversation(conversation())
+    assert await stored_bytes(conversations) == len(encode_json([conversation(), *items]))
+    await trio.sleep_until(created_at + 10 - 1e-6)
+    assert await conversations.read("conv_1") is not None
+    await trio.sleep_until(created_at + 10)
+    assert await conversations.read("conv_1") is None
+    assert not await conversations.replace_conversation(conversation())
+    assert not await conversations.replace_conversation(conversation("conv_missing"))
+
+
+@pytest.mark.trio
+async def test_an_object_outgrowing_the_byte_budget_drops_the_conversation(nursery):
+    """A replaced object that pushes the record past the byte budget drops it as oversize."""
+    small = conversation()
+    conversations = await start_conversations(nursery, max_bytes=len(encode_json([small])))
+    assert await conversations.create(small)
+    assert not await conversations.replace_conversation(conversation(k="v"))
+    assert await conversations.read("conv_1") is None
+    stats = await conversations.statistics()
+    assert (stats.entries, stats.bytes, stats.evictions) == (0, 0, Evictions(oversize=1))
+
+
+@pytest.mark.trio
+async def test_removing_an_item_keeps_the_rest_age_and_exact_bytes(nursery, clock):
+    """remove_item drops exactly that item, the TTL still counts from creation, bytes shrink
+    to the record's JSON size; an unknown item or conversation is False."""
+    conversations = await start_conversations(nursery, ttl_secs=10)
+    created_at = trio.current_time()
+    items = [message("msg_1", "a"), message("msg_2", "b"), message("msg_3", "c")]
+    await conversations.create(conversation(), items)
+    await trio.sleep_until(created_at + 5)
+    assert await conversations.remove_item("conv_1", "msg_2")
+    assert await conversations.get("conv_1") == [items[0], items[2]]
+    assert await stored_bytes(conversations) == len(encode_json([conversation(), items[0],
+                                                                 items[2]]))
+    assert not await conversations.remove_item("conv_1", "msg_2")
+    assert not await conversations.remove_item("conv_missing", "msg_1")
+    for item in (items[0], items[2]):
+        assert await conversations.remove_item("conv_1", item["id"])
+    assert await conversations.get("conv_1") == []
+    assert await stored_bytes(conversations) == len(encode_json([conversation()]))
+    await trio.sleep_until(created_at + 10)
+    assert await conversations.read("conv_1") is None
+
+
+@pytest.mark.trio
+async def test_remove_item_matches_the_item_id_not_text_that_mentions_it(nursery):
+    """An item that merely mentions another item's id (a call_id, its text) is kept."""
+    conversations = await start_conversations(nursery)
+    decoys = [{"type": "function_call_output", "id": "fco_1", "call_id": "msg_2",
+               "output": "x"}, message("msg_1", '"msg_2"')]
+    await conversations.create(conversation(), [*decoys, message("msg_2", "b")])
+    assert await conversations.remove_item("conv_1", "msg_2")
+    assert await conversations.get("conv_1") == decoys
+
+
+@pytest.mark.trio
+async def test_created_conversations_count_against_the_entry_limit(nursery):
+    """With one entry allowed, a new conversation evicts the least recently used one."""
+    conversations = await start_conversations(nursery, max_entries=1)
+    await conversations.create(conversation("conv_a"))
+    await conversations.create(conversation("conv_b"))
+    assert await conversations.read("conv_a") is None
+    assert await conversations.read("conv_b") is not None
+    assert (await conversations.statistics()).evictions == Evictions(lru=1)
+
+
+@pytest.mark.trio
+async def test_zero_entries_refuses_every_conversation_call(nursery):
+    """max_entries 0: the Conversations API's store calls raise StoreDisabled too."""
+    conversations = await start_conversations(nursery, max_entries=0)
+    calls = [
+        conversations.create(conversation()),
+        conversations.read("conv_1"),
+        conversations.extend("conv_1", []),
+        conversations.replace_conversation(conversation()),
+        conversations.remove_item("conv_1", "msg_1"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreDisabled):
+            await call
 
 
 @pytest.mark.trio

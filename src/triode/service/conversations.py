@@ -1,0 +1,111 @@
+"""The Conversations API: named methods over the conversation store.
+
+The store actor owns every conversation (object and items, under the store's budgets); this
+service validates requests, makes ids and pages lists. A conversation the API creates is the
+same record `POST /v1/responses` reads and extends with `conversation: id`, and a transcript
+a response created under any id is readable here.
+
+Like `Turns`, it holds no state of its own. Every method first checks that the store is
+enabled, so a disabled store answers every route with the same 400 whatever else is wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..actors.store import ConversationRecord, ConversationStoreHandle
+from ..errors import NotFound
+from ..responses.conversations import (ConversationUpdate, NewConversation, NewItems, Paging,
+                                       check_include, check_metadata, conversation_object,
+                                       deleted_object, item_list, new_items, page)
+from ..responses.ids import new_id
+
+
+class Conversations:
+    def __init__(self, store: ConversationStoreHandle, *,
+                 clock: Callable[[], float] = time.time):
+        """`clock`: wall-clock seconds, for `created_at`."""
+        self._store = store
+        self._clock = clock
+
+    async def create(self, req: NewConversation) -> dict[str, Any]:
+        """A new conversation with its first items (at most 20); returns its object."""
+        self._store.check_enabled()
+        metadata = check_metadata(req.metadata)
+        items = new_items(req.items or [])
+        conversation = conversation_object(new_id("conv"), int(self._clock()), metadata)
+        await self._store.create(conversation, items)
+        return conversation
+
+    async def retrieve(self, conversation_id: str) -> dict[str, Any]:
+        self._store.check_enabled()
+        return (await self._read(conversation_id)).conversation
+
+    async def update(self, conversation_id: str, req: ConversationUpdate) -> dict[str, Any]:
+        """Replaces the conversation's metadata; returns its object."""
+        self._store.check_enabled()
+        metadata = check_metadata(req.metadata)
+        conversation = {**(await self._read(conversation_id)).conversation,
+                        "metadata": metadata}
+        await self._store.replace_conversation(conversation)
+        return conversation
+
+    async def delete(self, conversation_id: str) -> dict[str, Any]:
+        self._store.check_enabled()
+        if not await self._store.delete(conversation_id):
+            raise _no_conversation(conversation_id)
+        return deleted_object(conversation_id)
+
+    async def list_items(self, conversation_id: str, *, after: str | None = None,
+                         limit: str | None = None, order: str | None = None,
+                         include: list[str] | None = None) -> dict[str, Any]:
+        """One page of the conversation's items; the query values as given (None: absent)."""
+        self._store.check_enabled()
+        paging = Paging.parse(after=after, limit=limit, order=order)
+        check_include(include or [])
+        return page((await self._read(conversation_id)).items, paging)
+
+    async def add_items(self, conversation_id: str, req: NewItems,
+                        include: list[str] | None = None) -> dict[str, Any]:
+        """Appends items (at most 20) to the conversation; returns them as a list object."""
+        self._store.check_enabled()
+        check_include(include or [])
+        items = new_items(req.items)
+        if await self._store.extend(conversation_id, items) is None:
+            raise _no_conversation(conversation_id)
+        return item_list(items)
+
+    async def item(self, conversation_id: str, item_id: str,
+                   include: list[str] | None = None) -> dict[str, Any]:
+        self._store.check_enabled()
+        check_include(include or [])
+        found = next((item for item in (await self._read(conversation_id)).items
+                      if item.get("id") == item_id), None)
+        if found is None:
+            raise _no_item(conversation_id, item_id)
+        return found
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
+        """Removes one item; returns the conversation's object."""
+        self._store.check_enabled()
+        conversation = (await self._read(conversation_id)).conversation
+        if not await self._store.remove_item(conversation_id, item_id):
+            raise _no_item(conversation_id, item_id)
+        return conversation
+
+    async def _read(self, conversation_id: str) -> ConversationRecord:
+        record = await self._store.read(conversation_id)
+        if record is None:
+            raise _no_conversation(conversation_id)
+        return record
+
+
+def _no_conversation(conversation_id: str) -> NotFound:
+    return NotFound(f"Conversation with id '{conversation_id}' not found.",
+                    param="conversation_id")
+
+
+def _no_item(conversation_id: str, item_id: str) -> NotFound:
+    return NotFound(f"Item with id '{item_id}' not found in conversation "
+                    f"'{conversation_id}'.", param="item_id")
