@@ -3,7 +3,8 @@
 import pytest
 
 from triode.errors import InvalidRequest
-from triode.responses.tools import HOSTED_TYPES, hosted_types, parse_tool_choice, parse_tools
+from triode.responses.tools import (HOSTED_TYPES, declared_tools, hosted_types, parse_tool_choice,
+                                    parse_tools)
 
 FN = {"type": "function", "name": "get_weather", "description": "d",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -95,3 +96,26 @@ def test_impossible_tool_choices_are_400(choice, tools):
     """A named tool that is not declared, or required with no tools, is a 400."""
     with pytest.raises(InvalidRequest):
         parse_tool_choice(choice, parse_tools(tools, hosted="error"))
+
+
+def test_additional_tools_items_join_the_tools_and_a_redeclared_tool_replaces_the_old():
+    """Tools in additional_tools items (Codex's tool trees in the input) come first, then
+    `tools`; declaring the same tool again replaces it in place (no duplicate-name 400);
+    an invalid one is a 400 naming the item it came from."""
+    history = [{"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
+        {"type": "namespace", "name": "functions", "tools": [FN]},
+        {"type": "web_search"}]},
+        {"type": "additional_tools", "id": "at_2", "role": "developer",
+         "tools": [{"type": "namespace", "name": "functions",
+                    "tools": [{**FN, "description": "newer"}]}]}]
+    raw, params = declared_tools(history, [{"type": "custom", "name": "patch"}])
+    tools = parse_tools(raw, hosted="ignore", params=params)
+    assert [(t.namespace, t.name, t.description) for t in tools] == [
+        ("functions", "get_weather", "newer"), (None, "patch", None)]
+    assert hosted_types(raw) == ("web_search",)
+    bad = [{"type": "additional_tools", "id": "at_9", "role": "developer",
+            "tools": [{"type": "function"}]}]
+    raw, params = declared_tools(bad, None)
+    with pytest.raises(InvalidRequest) as exc:
+        parse_tools(raw, hosted="ignore", params=params)
+    assert exc.value.param == "additional_tools[at_9].tools[0].name"

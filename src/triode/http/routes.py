@@ -134,6 +134,10 @@ async def list_input_items(response_id: str) -> Response:
 
 @route("/models", methods=["GET"])
 async def list_models() -> Response:
+    """OpenAI's model list; with `client_version` in the query (Codex CLI fetching its
+    model catalog from a provider's `model_catalog_url`), Codex's catalog shape instead."""
+    if "client_version" in request.args:
+        return json_response({"models": [codex_catalog_entry()]})
     return json_response({"object": "list", "data": [model_object()]})
 
 
@@ -144,6 +148,30 @@ async def retrieve_model(model_id: str) -> Response:
         raise NotFound(f"The model '{model_id}' does not exist", param="model",
                        code="model_not_found")
     return json_response(model_object())
+
+
+# What Codex uses as its system prompt when it reads the model from triode's catalog: a local
+# model's context is small next to Codex's own ~17,000-character instructions.
+CODEX_INSTRUCTIONS = (
+    "You are a coding agent running in a terminal. Use the tools to inspect and change the "
+    "workspace, run commands to check your work, and answer briefly.")
+
+
+def codex_catalog_entry() -> dict[str, Any]:
+    """The loaded model as Codex CLI's catalog describes a model: what it may send (no
+    reasoning levels, function tools and a freeform apply_patch) and its context window,
+    which Codex's auto-compaction works from."""
+    h = handles()
+    return {"slug": h.model_names[0], "display_name": h.model_names[0],
+            "description": "served by triode", "base_instructions": CODEX_INSTRUCTIONS,
+            "supported_reasoning_levels": [], "shell_type": "shell_command",
+            "visibility": "list", "supported_in_api": True, "priority": 1,
+            "supports_reasoning_summaries": False, "support_verbosity": False,
+            "apply_patch_tool_type": "freeform",
+            "truncation_policy": {"mode": "tokens", "limit": 10000},
+            "supports_parallel_tool_calls": True,
+            "context_window": h.model.info.context_length,
+            "experimental_supported_tools": []}
 
 
 def model_object() -> dict[str, Any]:

@@ -78,7 +78,10 @@ def summary_message(summary: str) -> dict[str, Any]:
 
 
 def is_system(item: dict[str, Any]) -> bool:
-    """A client's system or developer message (kept by every compaction)."""
+    """A client's system or developer message, or its tool declarations (`additional_tools`):
+    kept by every compaction."""
+    if item["type"] == "additional_tools":
+        return True
     return item["type"] == "message" and item["role"] in ("system", "developer") \
         and not bool(item.get(SUMMARY_MARK))
 

@@ -61,7 +61,8 @@ async def chain(responses: ResponseReader, previous_response_id: str
         if rec is None:
             if rid == previous_response_id:
                 raise InvalidRequest(f"Previous response with id '{rid}' not found.",
-                                     param="previous_response_id")
+                                     param="previous_response_id",
+                                     code="previous_response_not_found")
             break  # an older ancestor expired: the chain starts where the store still has it
         check_continuable(rid, rec)
         turns.append(turn_items(rec))

@@ -91,6 +91,9 @@ def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
             return out
         case wire.CompactionItem():
             return _compaction(item, param)
+        case wire.AdditionalTools():
+            return {"type": "additional_tools", "id": item.id or new_id("at"),
+                    "role": item.role or "developer", "tools": item.tools}
         case wire.ItemReference():
             # Turns.prepare replaces every reference with the item it names.
             raise InvalidRequest(f"item_reference '{item.id}' was not resolved", param=param)
@@ -153,7 +156,8 @@ def _arguments(raw: str) -> Any:
 
 
 def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Canonical items (history first, then this turn's input) → chat-template messages."""
+    """Canonical items (history first, then this turn's input) → chat-template messages.
+    `additional_tools` items render nothing here: their tools go to the template's tools."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})

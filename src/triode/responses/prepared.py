@@ -62,6 +62,14 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
 def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
     """How this response's decoded text becomes output items (parser + declared tools)."""
     declared = {t.chat_name: (t.kind, t.name, t.namespace) for t in plan.tools}
+    # A model may call a namespaced tool by its bare name (`exec_command` for
+    # `functions.exec_command`): that resolves to it when no other tool has that name.
+    bare: dict[str, list[tuple[str, str, str | None]]] = {}
+    for t in plan.tools:
+        bare.setdefault(t.name, []).append((t.kind, t.name, t.namespace))
+    for name, matches in bare.items():
+        if name not in declared and len(matches) == 1:
+            declared[name] = matches[0]
 
     def assemble(builder: ResponseBuilder) -> OutputAssembler:
         parser = make_parser(info.tool_format, reasoning=info.reasoning,

@@ -101,18 +101,49 @@ def _custom(obj: dict[str, Any], param: str, namespace: str | None) -> Tool:
     return Tool("custom", name, namespace, _field(obj, "description", str, param), format=fmt)
 
 
+def declared_tools(items: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every tool declaration a turn sees, with where each came from: the `additional_tools`
+    items of its (replayed) history and input, then its `tools`. A tool declared again
+    (the same type and name: a client resending its tool list every turn) replaces the
+    earlier declaration in place."""
+    found: dict[tuple[Any, Any], tuple[dict[str, Any], str]] = {}
+    for i, item in enumerate(items):
+        if item["type"] == "additional_tools":
+            for j, tool in enumerate(item["tools"]):
+                param = f"additional_tools[{item['id']}].tools[{j}]"
+                found[_identity(tool, param)] = (tool, param)
+    for i, tool in enumerate(tools or []):
+        found[_identity(tool, f"tools[{i}]")] = (tool, f"tools[{i}]")
+    return [tool for tool, _ in found.values()], [param for _, param in found.values()]
+
+
+def _identity(tool: Any, where: str) -> tuple[Any, Any]:
+    """What makes two declarations the same tool; anything malformed is kept apart (its
+    own identity) so that parse_tools reports it where it stands."""
+    if isinstance(tool, dict) and isinstance(tool.get("type"), str):
+        name = tool.get("name")
+        if isinstance(tool.get("function"), dict):
+            name = tool["function"].get("name")
+        if isinstance(name, str) or name is None:
+            return tool["type"], name
+    return "malformed", where
+
+
 def hosted_types(raw: list[dict[str, Any]] | None) -> tuple[str, ...]:
     """The hosted tool types a request lists (what `--hosted-tools ignore` drops), each once."""
     kinds = (obj.get("type") for obj in raw or () if isinstance(obj, dict))
     return tuple(dict.fromkeys(k for k in kinds if isinstance(k, str) and k in HOSTED_TYPES))
 
 
-def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str) -> list[Tool]:
+def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str,
+                params: list[str] | None = None) -> list[Tool]:
     """Validates the request's tools; hosted types are refused, or dropped when `hosted` is
-    `ignore`. Tool names (namespace-qualified) must be unique."""
+    `ignore`. Tool names (namespace-qualified) must be unique. `params[i]` names where
+    `raw[i]` came from (default `tools[i]`)."""
     tools: list[Tool] = []
     for i, obj in enumerate(raw or []):
-        param = f"tools[{i}]"
+        param = params[i] if params is not None else f"tools[{i}]"
         if not isinstance(obj, dict):
             raise InvalidRequest(f"'{param}' must be an object", param=param)
         kind = obj.get("type")

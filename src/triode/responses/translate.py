@@ -16,7 +16,8 @@ from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
-from .tools import Tool, ToolChoice, hosted_types, parse_tool_choice, parse_tools
+from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
+                    parse_tools)
 
 # OpenAI's `include` values. The first two change the output; the others ask for parts of
 # items this server never produces (hosted tools' calls, input images), so they change
@@ -178,13 +179,14 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[dict[str, Any]] = (), conversation: str | None = None, *,
          hosted_tools: str = "ignore") -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors."""
-    tools = parse_tools(req.tools, hosted=hosted_tools)
+    items = input_items(req)
+    replayed = compaction.replay([*history, *items])
+    raw_tools, params = declared_tools(replayed, req.tools)
+    tools = parse_tools(raw_tools, hosted=hosted_tools, params=params)
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
     grammar = _grammar(req, visible, choice, parallel)
-    items = input_items(req)
-    replayed = compaction.replay([*history, *items])
     messages = chat_messages(req.instructions, replayed)
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
@@ -206,7 +208,9 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         "previous_response_id": req.previous_response_id,
         "conversation": {"id": conversation} if conversation else None,
         "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
-                      "summary": req.reasoning.summary if req.reasoning else None},
+                      "summary": req.reasoning.summary if req.reasoning else None,
+                      **({"context": req.reasoning.context}
+                         if req.reasoning and req.reasoning.context else {})},
         "store": store,
         "temperature": temperature,
         "text": {"format": text_format,
@@ -230,5 +234,5 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, compact_threshold=compact_threshold(req),
-                dropped_tools=hosted_types(req.tools) if hosted_tools == "ignore" else (),
+                dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else (),
                 background=bool(req.background))

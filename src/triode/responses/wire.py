@@ -129,6 +129,17 @@ class CompactionItem:
 
 
 @attrs.frozen(kw_only=True)
+class AdditionalTools:
+    """Tool declarations carried in the input (Codex moves its tool trees here): its tools
+    join the request's `tools` for this turn and every later one that replays it."""
+
+    tools: list[dict[str, Any]]
+    role: Literal["developer", "system"] | None = None
+    id: str | None = None
+    type: Literal["additional_tools"] = "additional_tools"
+
+
+@attrs.frozen(kw_only=True)
 class ItemReference:
     """An earlier item by id: resolved against the request's history and the stored
     responses' input and output items before translation (`Turns.prepare`)."""
@@ -142,10 +153,12 @@ ITEM_TYPES = {
     "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
     "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
     "compaction": CompactionItem, "item_reference": ItemReference,
+    "additional_tools": AdditionalTools,
 }
 
 InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
-                  CustomToolCallOutput, ReasoningItem, CompactionItem, ItemReference]
+                  CustomToolCallOutput, ReasoningItem, CompactionItem, AdditionalTools,
+                  ItemReference]
 
 
 # ---- the request ----------------------------------------------------------------------------
@@ -170,6 +183,8 @@ class Reasoning:
     effort: str | None = None
     summary: str | None = None
     generate_summary: str | None = None
+    # Which turns' reasoning the model sees (Codex sends it): auto | current_turn | all_turns.
+    context: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -207,6 +222,8 @@ class CreateResponse:
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    # Codex's per-turn ids (thread, turn, window...): accepted, and of no effect here.
+    client_metadata: dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     # Extra body fields (not OpenAI's): sampling controls and chat-template arguments.
     top_k: int | None = None
