@@ -10,6 +10,7 @@ from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
 from ..errors import InvalidRequest, NotFound
+from ..responses.conversations import Paging, page
 from ..responses.convert import structure
 from ..responses.wire import CompactRequest, CreateResponse
 from ..service.turns import Started
@@ -110,26 +111,11 @@ async def cancel_response(response_id: str) -> Response:
 
 @route("/responses/<response_id>/input_items", methods=["GET"])
 async def list_input_items(response_id: str) -> Response:
+    args = request.args
+    paging = Paging.parse(after=args.get("after"), limit=args.get("limit"),
+                          order=args.get("order"))
     items = await handles().turns.input_items(response_id)
-    limit = query_int("limit", 20, lo=1, hi=100)
-    order = request.args.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("Invalid value for 'order': expected 'asc' or 'desc'", param="order")
-    ordered = items if order == "asc" else items[::-1]
-    after = request.args.get("after")
-    if after is not None:
-        ids = [item.get("id") for item in ordered]
-        if after not in ids:
-            raise InvalidRequest(f"No input item with id '{after}' in this response.",
-                                 param="after")
-        ordered = ordered[ids.index(after) + 1:]
-    page = ordered[:limit]
-    return json_response({
-        "object": "list", "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(ordered) > limit,
-    })
+    return json_response(page(items, paging, owner="response"))
 
 
 @route("/models", methods=["GET"])
