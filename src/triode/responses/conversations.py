@@ -14,7 +14,7 @@ import attrs
 from ..errors import InvalidRequest
 from . import wire
 from .items import canonical
-from .translate import INCLUDES, METADATA_KEY_MAX, METADATA_MAX_ENTRIES, METADATA_VALUE_MAX
+from .translate import INCLUDES, check_metadata
 
 # Items one create or items.create call may add (OpenAI's limit).
 MAX_ITEMS_PER_CALL = 20
@@ -59,24 +59,6 @@ def deleted_object(conversation_id: str) -> dict[str, Any]:
 
 
 # ---- validation -----------------------------------------------------------------------------
-
-def check_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
-    """The metadata within OpenAI's limits (as `translate.validate` checks a response's), or
-    a 400 naming it."""
-    if metadata is None:
-        return {}
-    if len(metadata) > METADATA_MAX_ENTRIES:
-        raise InvalidRequest(f"Invalid 'metadata': at most {METADATA_MAX_ENTRIES} key-value "
-                             f"pairs, got {len(metadata)}", param="metadata")
-    for k, v in metadata.items():
-        if len(k) > METADATA_KEY_MAX:
-            raise InvalidRequest(f"metadata keys are at most {METADATA_KEY_MAX} characters",
-                                 param=f"metadata.{k}")
-        if len(v) > METADATA_VALUE_MAX:
-            raise InvalidRequest(f"metadata values are at most {METADATA_VALUE_MAX} characters",
-                                 param=f"metadata.{k}")
-    return dict(metadata)
-
 
 def new_items(items: list[wire.InputItem]) -> list[dict[str, Any]]:
     """Request items as canonical item dicts with ids; at most MAX_ITEMS_PER_CALL. An

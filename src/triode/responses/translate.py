@@ -79,6 +79,24 @@ def stop_sequences(req: wire.CreateResponse) -> list[str]:
     return [req.stop] if isinstance(req.stop, str) else list(req.stop)
 
 
+def check_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
+    """The metadata within OpenAI's limits (a response's or a conversation's), or a 400
+    naming it."""
+    if metadata is None:
+        return {}
+    if len(metadata) > METADATA_MAX_ENTRIES:
+        raise InvalidRequest(f"Invalid 'metadata': at most {METADATA_MAX_ENTRIES} key-value "
+                             f"pairs, got {len(metadata)}", param="metadata")
+    for k, v in metadata.items():
+        if len(k) > METADATA_KEY_MAX:
+            raise InvalidRequest(f"metadata keys are at most {METADATA_KEY_MAX} characters",
+                                 param=f"metadata.{k}")
+        if len(v) > METADATA_VALUE_MAX:
+            raise InvalidRequest(f"metadata values are at most {METADATA_VALUE_MAX} characters",
+                                 param=f"metadata.{k}")
+    return dict(metadata)
+
+
 def validate(req: wire.CreateResponse) -> None:
     """Every check that needs nothing but the request itself."""
     _range(req.temperature, 0, 2, "temperature")
@@ -104,19 +122,7 @@ def validate(req: wire.CreateResponse) -> None:
     if req.truncation not in (None, "disabled"):
         raise InvalidRequest("Invalid value for 'truncation': only 'disabled' is supported",
                              param="truncation")
-    if req.metadata is not None:
-        if len(req.metadata) > METADATA_MAX_ENTRIES:
-            raise InvalidRequest(
-                f"Invalid 'metadata': at most {METADATA_MAX_ENTRIES} key-value pairs, "
-                f"got {len(req.metadata)}", param="metadata")
-        for k, v in req.metadata.items():
-            if len(k) > METADATA_KEY_MAX:
-                raise InvalidRequest(f"metadata keys are at most {METADATA_KEY_MAX} characters",
-                                     param=f"metadata.{k}")
-            if len(v) > METADATA_VALUE_MAX:
-                raise InvalidRequest(
-                    f"metadata values are at most {METADATA_VALUE_MAX} characters",
-                    param=f"metadata.{k}")
+    check_metadata(req.metadata)
     if req.stream and req.background:
         raise InvalidRequest("background responses cannot be streamed; "
                              "set stream or background, not both", param="stream")

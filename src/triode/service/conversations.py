@@ -17,8 +17,9 @@ from typing import Any, Callable
 from ..actors.store import ConversationRecord, ConversationStoreHandle
 from ..errors import NotFound
 from ..responses.conversations import (ConversationUpdate, NewConversation, NewItems, Paging,
-                                       check_include, check_metadata, conversation_object,
-                                       deleted_object, item_list, new_items, page)
+                                       check_include, conversation_object, deleted_object,
+                                       item_list, new_items, page)
+from ..responses.translate import check_metadata
 from ..responses.ids import new_id
 
 
