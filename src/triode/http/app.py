@@ -14,6 +14,7 @@ import hmac
 import logging
 
 from quart import Response, request
+from quart import websocket as upgrade_request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -22,6 +23,7 @@ from ..settings import resolve
 from ..system import Handles, start_actors
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
+from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
 from .body import MAX_BODY_BYTES, json_response
 from .routes import api
 
@@ -41,14 +43,21 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
         async def start_actor_tree() -> None:
             app.config["TRIODE_HANDLES"] = await app.nursery.start(start_actors, resolve())
 
+    def check_key(given: str) -> None:
+        key = app.config["TRIODE_HANDLES"].api_key
+        if key is not None and not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            raise Unauthorized("Incorrect API key provided.")
+
     @app.before_request
     async def authenticate() -> None:
-        key = app.config["TRIODE_HANDLES"].api_key
-        if key is None or request.path in OPEN_PATHS:
-            return
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-            raise Unauthorized("Incorrect API key provided.")
+        if request.path not in OPEN_PATHS:
+            check_key(request.headers.get("Authorization", ""))
+
+    @app.before_websocket
+    async def authenticate_websocket() -> None:
+        """Quart runs no before_request for a WebSocket: the same check, answered with the
+        401 before the upgrade is accepted."""
+        check_key(upgrade_request.headers.get("Authorization", ""))
 
     @app.errorhandler(APIError)
     async def api_error(exc: APIError) -> Response:
