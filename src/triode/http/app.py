@@ -25,6 +25,7 @@ from . import conversations  # noqa: F401  (mounts /conversations on the bluepri
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
 from .body import MAX_BODY_BYTES, json_response
+from .guard import ConnectionGuard
 from .routes import api
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["TRIODE_HANDLES"] = handles
     app.register_blueprint(api)
+    app.asgi_app = ConnectionGuard(app.asgi_app, max_body_bytes=MAX_BODY_BYTES)
 
     if handles is None:
         @app.before_serving
