@@ -51,6 +51,7 @@ async def serve(settings: Settings) -> None:
     from hypercorn.trio import serve as hypercorn_serve
 
     from .http.app import create_app
+    from .http.body import MAX_BODY_BYTES
     from .system import start_actors
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -65,6 +66,9 @@ async def serve(settings: Settings) -> None:
             config.bind = [f"{settings.host}:{settings.port}"]
             config.accesslog = None
             config.graceful_timeout = 2.0
+            # A WebSocket frame may be as large as a request body (hypercorn's default is
+            # 16 MiB, past which it closes the socket before triode sees the frame).
+            config.websocket_max_message_size = MAX_BODY_BYTES
 
             async def serve_then_stop(*, task_status: Any) -> None:
                 await hypercorn_serve(create_app(handles), config,

@@ -58,7 +58,7 @@ def early_answer_then_next(server, method: str, path: str, *, chunked: bool = Fa
 
 
 @pytest.mark.parametrize("method,path,status", [
-    ("POST", "/v1/conversations", 404),
+    ("POST", "/v1/assistants", 404),
     ("PUT", "/v1/models", 405),
     ("POST", "/v1/responses/resp_nope/cancel", 404),
     ("DELETE", "/v1/responses/resp_nope", 404),

@@ -38,7 +38,9 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["TRIODE_HANDLES"] = handles
     app.register_blueprint(api)
-    app.asgi_app = ConnectionGuard(app.asgi_app, max_body_bytes=MAX_BODY_BYTES)
+    # Quart's documented way to add ASGI middleware; its typed signature is the ASGI union.
+    app.asgi_app = ConnectionGuard(  # type: ignore[method-assign,assignment]
+        app.asgi_app, max_body_bytes=MAX_BODY_BYTES)
 
     if handles is None:
         @app.before_serving
