@@ -14,7 +14,7 @@ socket abandons the response it is generating, as an SSE disconnect does. Two th
 service does not offer yet are kept here, per socket, as OpenAI's WebSocket mode defines
 them: responses that the store does not keep (`store: false`) can be continued with
 `previous_response_id` on the socket that made them (`LocalResponses`), and
-`generate: false` answers a warm-up without generating (`warm_up`).
+`generate: false` answers a warm-up without generating (`Turns.warm`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,7 @@ from quart import websocket
 
 from ..actors.supervisor import SupervisorHandle
 from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
-from ..responses.builder import ResponseBuilder
 from ..responses.convert import structure
-from ..responses.ids import new_id, usage
-from ..responses.lifecycle import Status
 from ..responses.wire import CreateResponse
 from ..service.turns import Turns
 from .body import MAX_BODY_BYTES, MAX_JSON_DEPTH, check_body
@@ -200,7 +197,7 @@ class Socket:
         body = self._local.resolve(body)
         req = structure({**body, "stream": True}, CreateResponse)
         if not generate:
-            response_id, events = await warm_up(self._turns, req)
+            response_id, events = await self._turns.warm(req)
             await self._send_events(events, stream_id)
             self._local.remember(response_id, body, [])
             return
@@ -271,16 +268,3 @@ def parse_frame(message: str | bytes | None) -> dict[str, Any]:
         raise InvalidRequest("the frame has no 'type'; expected 'response.create'",
                              param="type")
     return frame
-
-
-async def warm_up(turns: Turns, req: CreateResponse) -> tuple[str, list[dict[str, Any]]]:
-    """`generate: false`: the request validated and rendered as a create would be, and
-    answered with a completed response without output (usage counts its input) whose id a
-    later create on this socket may name as `previous_response_id`. Nothing is generated or
-    stored."""
-    plan, rendered = await turns.prepare(req, submits=False)
-    builder = ResponseBuilder(new_id("resp"), plan.echo)
-    builder.created()
-    builder.in_progress()
-    builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
-    return builder.obj["id"], builder.events

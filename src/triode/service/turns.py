@@ -35,6 +35,7 @@ from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
 from ..responses.ids import new_id, usage
 from ..responses.items import chat_messages, turn_keys
+from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.translate import Plan
 from ..responses.convert import structure
@@ -104,6 +105,18 @@ class Turns:
         else:
             handle = await self._registry.start(make)
         return Started(handle, plan.stream, background, plan.dropped_tools)
+
+    async def warm(self, req: CreateResponse) -> tuple[str, list[dict[str, Any]]]:
+        """A warm-up (`generate: false` over a WebSocket): the request validated and rendered
+        as `create` would, answered with a completed response without output (usage counts
+        its input) whose id a later create on the same socket may name as
+        `previous_response_id`. Nothing is generated or stored. Returns (id, events)."""
+        plan, rendered = await self.prepare(req, submits=False)
+        builder = ResponseBuilder(new_id("resp"), plan.echo)
+        builder.created()
+        builder.in_progress()
+        builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
+        return builder.obj["id"], builder.events
 
     async def prepare(self, req: CreateResponse, *, submits: bool = True
                       ) -> tuple[Plan, Rendered]:
