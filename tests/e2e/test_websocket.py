@@ -192,11 +192,13 @@ def test_store_false_continues_on_its_socket_only(server):
         b = answer(ws, input="Reply with: silver", previous_response_id=a["id"], store=False)
         c = answer(ws, input=RECALL, previous_response_id=b["id"], store=False)
         assert output_text(c) == "amber falcon"
+        assert (b["previous_response_id"], c["previous_response_id"]) == (a["id"], b["id"])
     assert server.http.get(f"/v1/responses/{a['id']}").status_code == 404
     with connect(ws_url(server)) as other:
         create(other, input=RECALL, previous_response_id=b["id"])
         error = json.loads(other.recv(timeout=60))
         assert error["type"] == "error" and error["error"]["param"] == "previous_response_id"
+        assert error["error"]["code"] == "previous_response_not_found"
 
 
 def test_generate_false_warms_up_without_generating(server):

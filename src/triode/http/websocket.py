@@ -10,11 +10,11 @@ socket stays open. Creates run one after another per lane (`stream_id`, FIFO; th
 lane has none); different lanes run side by side.
 
 Transport only: every create goes through `Turns.create` like an HTTP one, and closing the
-socket abandons the response it is generating, as an SSE disconnect does. Two things the turn
-service does not offer yet are kept here, per socket, as OpenAI's WebSocket mode defines
-them: responses that the store does not keep (`store: false`) can be continued with
-`previous_response_id` on the socket that made them (`LocalResponses`), and
-`generate: false` answers a warm-up without generating (`Turns.warm`).
+socket abandons the response it is generating, as an SSE disconnect does. Each socket owns
+one `LocalResponses` (the turn service's connection-local responses, as OpenAI's WebSocket
+mode defines them: `store: false` responses and warm-ups made on the socket can be continued
+with `previous_response_id` there) and hands it to `Turns.create` / `Turns.warm`
+(`generate: false`: a warm-up, nothing generated).
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections import OrderedDict
 from typing import Any
 
-import attrs
 import trio
 from quart import websocket
 
@@ -33,7 +31,7 @@ from ..actors.supervisor import SupervisorHandle
 from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
 from ..responses.convert import structure
 from ..responses.wire import CreateResponse
-from ..service.turns import Turns
+from ..service.turns import LocalResponses, Turns
 from .body import MAX_BODY_BYTES, MAX_JSON_DEPTH, check_body
 from .routes import STREAM_COALESCE_SECS, api, handles
 
@@ -49,7 +47,6 @@ ACKNOWLEDGEMENTS = frozenset({"response.processed"})
 
 LANE_QUEUE = 4           # creates waiting on one lane; past it the socket stops reading
 MAX_NAMED_LANES = 32     # distinct stream_ids per socket, as OpenAI's service allows
-LOCAL_RESPONSES = 64     # store: false responses a socket remembers for previous_response_id
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -66,54 +63,6 @@ async def responses_socket() -> None:
 for _path in ("/v1/responses", "/responses"):
     api.add_websocket(_path, endpoint=f"socket{_path.replace('/', '_')}",
                       view_func=responses_socket)
-
-
-@attrs.frozen
-class Local:
-    """A response the store does not keep, as a continuation needs it: the stored response
-    its history starts from (None: from nothing) and every item after that, oldest first."""
-
-    base: str | None
-    items: list[dict[str, Any]]
-
-
-class LocalResponses:
-    """The socket's connection-local cache (OpenAI's WebSocket mode): `store: false`
-    responses and warm-ups made on this socket, so `previous_response_id` can name them here.
-    A create that names one is sent to the turn service as a continuation of its stored base
-    (or of nothing) with the remembered items in front of its own input; the response
-    object then shows that base as its `previous_response_id`. At most LOCAL_RESPONSES,
-    least recently used first out."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[str, Local] = OrderedDict()
-
-    def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body to create, with a local `previous_response_id` replaced by its items."""
-        previous = body.get("previous_response_id")
-        if not isinstance(previous, str) or body.get("conversation") is not None:
-            return body
-        entry = self._entries.get(previous)
-        if entry is None:
-            return body
-        self._entries.move_to_end(previous)
-        return {**body, "previous_response_id": entry.base,
-                "input": [*entry.items, *input_items(body.get("input", []))]}
-
-    def remember(self, response_id: str, body: dict[str, Any],
-                 output: list[dict[str, Any]]) -> None:
-        """`body` as resolved: its input already holds the items of a local predecessor."""
-        self._entries[response_id] = Local(body.get("previous_response_id"),
-                                           [*input_items(body.get("input", [])), *output])
-        while len(self._entries) > LOCAL_RESPONSES:
-            self._entries.popitem(last=False)
-
-
-def input_items(value: Any) -> list[Any]:
-    """A create's `input` as items (a string is one user message)."""
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    return list(value)
 
 
 class Socket:
@@ -193,22 +142,16 @@ class Socket:
         elif not isinstance(generate, bool):
             raise InvalidRequest("Invalid type for 'generate': expected a boolean",
                                  param="generate")
-        structure(body, CreateResponse)   # errors name the fields as the client sent them
-        body = self._local.resolve(body)
         req = structure({**body, "stream": True}, CreateResponse)
         if not generate:
-            response_id, events = await self._turns.warm(req)
+            _, events = await self._turns.warm(req, self._local)
             await self._send_events(events, stream_id)
-            self._local.remember(response_id, body, [])
             return
-        started = await self._turns.create(req)
+        started = await self._turns.create(req, self._local)
         try:
             await self._follow(started.handle, stream_id)
         finally:
             await self._turns.abandon(started.handle)   # the socket went away: cancel
-        obj = await started.handle.wait()
-        if obj.get("store") is False and obj["status"] in ("completed", "incomplete"):
-            self._local.remember(obj["id"], body, obj["output"])
 
     async def _follow(self, handle: SupervisorHandle, stream_id: str | None) -> None:
         """The response's events as frames, coalesced like the SSE stream's writes."""

@@ -51,6 +51,7 @@ class Plan:
     template_kwargs: dict[str, Any]
     top_logprobs: int | None          # None unless the request includes output_text.logprobs
     history: list[dict[str, Any]] = attrs.Factory(list)  # every item rendered, replayed
+    past: list[dict[str, Any]] = attrs.Factory(list)     # the earlier turns' items, as given
     compact_threshold: int | None = None   # context_management's compaction threshold
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
@@ -239,6 +240,6 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 stop=stop_sequences(req), template_kwargs=req.chat_template_kwargs or {},
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
-                history=replayed, compact_threshold=compact_threshold(req),
+                history=replayed, past=list(history), compact_threshold=compact_threshold(req),
                 dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else (),
                 background=bool(req.background))

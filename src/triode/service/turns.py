@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import OrderedDict
 from typing import Any, Callable
 
 import attrs
@@ -28,7 +29,7 @@ from ..actors.model import ModelHandle
 from ..actors.registry import RegistryHandle
 from ..actors.store import (ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle,
                             StoredResponse)
-from ..actors.supervisor import PrepareLater, Supervisor, SupervisorHandle
+from ..actors.supervisor import Keeper, PrepareLater, Supervisor, SupervisorHandle
 from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited, StoreDisabled
 from ..model.request import Rendered
 from ..responses import compaction, history, translate
@@ -46,6 +47,7 @@ from . import compactor
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT = 5.0
+LOCAL_RESPONSES = 64   # responses one connection remembers (LRU) for previous_response_id
 
 
 @attrs.frozen
@@ -75,13 +77,16 @@ class Turns:
 
     # ---- create ------------------------------------------------------------------------
 
-    async def create(self, req: CreateResponse) -> Started:
-        """Starts a response (a background job: accepts it)."""
+    async def create(self, req: CreateResponse, local: LocalResponses | None = None
+                     ) -> Started:
+        """Starts a response (a background job: accepts it). `local`: the connection's own
+        responses (a WebSocket's), which `previous_response_id` may name and which a
+        `store: false` response made here joins."""
         if req.background and self._background_off is not None:
             translate.check_model(req.model, self.model_names)
             raise InvalidRequest(f"background mode is off: {self._background_off}",
                                  param="background")
-        plan, rendered = await self.prepare(req)
+        plan, rendered = await self.prepare(req, local=local)
         if plan.dropped_tools:
             log.warning("dropped hosted tools this server cannot run: %s",
                         ", ".join(plan.dropped_tools))
@@ -96,9 +101,11 @@ class Turns:
         else:
             ready = await self._compacted(req, plan, rendered)  # a refusal is this call's 400
 
+        keeper: Keeper = self if local is None else _LocalKeeper(self, local)
+
         def make() -> Supervisor:
             return Supervisor(response_id=response_id, plan=plan, ready=ready,
-                              model=self._model, background=background, keeper=self)
+                              model=self._model, background=background, keeper=keeper)
 
         if background:
             handle = await self._start_job(response_id, plan, make)
@@ -106,29 +113,37 @@ class Turns:
             handle = await self._registry.start(make)
         return Started(handle, plan.stream, background, plan.dropped_tools)
 
-    async def warm(self, req: CreateResponse) -> tuple[str, list[dict[str, Any]]]:
+    async def warm(self, req: CreateResponse, local: LocalResponses
+                   ) -> tuple[str, list[dict[str, Any]]]:
         """A warm-up (`generate: false` over a WebSocket): the request validated and rendered
         as `create` would, answered with a completed response without output (usage counts
-        its input) whose id a later create on the same socket may name as
+        its input) that a later create on the same connection may name as
         `previous_response_id`. Nothing is generated or stored. Returns (id, events)."""
-        plan, rendered = await self.prepare(req, submits=False)
+        plan, rendered = await self.prepare(req, submits=False, local=local)
         builder = ResponseBuilder(new_id("resp"), plan.echo)
         builder.created()
         builder.in_progress()
         builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
+        local.remember(builder.obj["id"], [*plan.past, *plan.items])
         return builder.obj["id"], builder.events
 
-    async def prepare(self, req: CreateResponse, *, submits: bool = True
-                      ) -> tuple[Plan, Rendered]:
+    async def prepare(self, req: CreateResponse, *, submits: bool = True,
+                      local: LocalResponses | None = None) -> tuple[Plan, Rendered]:
         """Validates a create (or input_tokens, or compact) request and renders its input as
         generation would see it: history (chain or conversation, compaction items
         replayed), instructions, tools, restored reasoning. `submits=False`: only
-        counting, no generation follows."""
+        counting, no generation follows. A `previous_response_id` is looked up among
+        `local`'s responses first, then in the store."""
         translate.check_model(req.model, self.model_names)
         translate.validate(req)
         past: list[dict[str, Any]] = []
         conversation = None
-        if req.previous_response_id is not None:
+        remembered = None
+        if req.previous_response_id is not None and local is not None:
+            remembered = local.history(req.previous_response_id)
+        if remembered is not None:
+            past = remembered
+        elif req.previous_response_id is not None:
             await self._check_finished(req.previous_response_id)
             past = await history.chain(self._responses, req.previous_response_id)
         elif req.conversation is not None:
@@ -365,3 +380,44 @@ class Turns:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 await self._registry.cancel(handle.response_id)
 
+
+class LocalResponses:
+    """One connection's own responses, as OpenAI's WebSocket mode keeps them: the `store:
+    false` responses and warm-ups made on a socket can be named as `previous_response_id` by
+    later creates on that socket (Codex sends `store: false` and continues each turn from the
+    previous one). Each is remembered as its whole history (every earlier item, its input,
+    its output); at most LOCAL_RESPONSES, least recently used first out. Owned by the
+    connection's handler, which hands it to `Turns.create`/`warm`; only the turn service
+    reads and writes it."""
+
+    def __init__(self, limit: int = LOCAL_RESPONSES) -> None:
+        self._limit = limit
+        self._histories: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+
+    def history(self, response_id: str) -> list[dict[str, Any]] | None:
+        found = self._histories.get(response_id)
+        if found is None:
+            return None
+        self._histories.move_to_end(response_id)
+        return list(found)
+
+    def remember(self, response_id: str, items: list[dict[str, Any]]) -> None:
+        self._histories[response_id] = items
+        self._histories.move_to_end(response_id)
+        while len(self._histories) > self._limit:
+            self._histories.popitem(last=False)
+
+
+@attrs.frozen
+class _LocalKeeper:
+    """The keeper of a response made on a connection with local responses: the turn
+    service's `keep`, then a finished `store: false` response joins the connection's."""
+
+    turns: Turns
+    local: LocalResponses
+
+    async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+                   ) -> None:
+        await self.turns.keep(plan, obj, events)
+        if obj.get("store") is False and obj["status"] in ("completed", "incomplete"):
+            self.local.remember(obj["id"], [*plan.past, *plan.items, *obj["output"]])
