@@ -352,3 +352,26 @@ def test_background_job_whose_queue_is_full_when_it_starts_fails_server_overload
         assert failed["status"] == "failed" and failed["output"] == []
         assert failed["error"]["code"] == "server_overloaded"
         cancel(srv, held["id"])
+
+
+def test_truncation_auto_drops_the_oldest_turns_until_the_input_fits(small):
+    """truncation: auto (OpenAI's; the seed allows only disabled): an input over the 512-token
+    window drops its oldest turns at split points, keeping the system message and the last
+    user message, just enough to leave room for output; input_tokens counts the same; with
+    truncation disabled the same input is a 400 context_length_exceeded."""
+    client = small.client()
+    items = [{"role": "system", "content": "You are terse."}, *history(30),
+             {"role": "user", "content": "Reply with: done"}]
+    full = small.http.post("/v1/responses", json={"model": MODEL, "input": items})
+    assert full.status_code == 400 and error_of(full)["code"] == "context_length_exceeded"
+    resp = client.responses.create(model=MODEL, input=items, truncation="auto",
+                                   max_output_tokens=8)
+    assert resp.status == "completed"
+    assert resp.truncation == "auto" and resp.output_text == "done"
+    assert CONTEXT - 64 < resp.usage.input_tokens < CONTEXT, "just enough dropped"
+    counted = client.responses.input_tokens.count(model=MODEL, input=items, truncation="auto")
+    assert counted.input_tokens == resp.usage.input_tokens
+    alone = [{"role": "user", "content": "Reply with: " + "word " * 600}]
+    r = small.http.post("/v1/responses", json={"model": MODEL, "input": alone,
+                                                "truncation": "auto"})
+    assert r.status_code == 400 and error_of(r)["code"] == "context_length_exceeded"

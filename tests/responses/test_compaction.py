@@ -65,6 +65,27 @@ def test_selection_keeps_the_last_user_message_and_whole_tool_groups(items, keep
         assert 3 * len(kept) <= keep_tokens
 
 
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_truncations_drop_oldest_turns_whole_and_keep_system_and_last_user(items):
+    """truncation: auto's candidates: each drops more than the one before, keeps every
+    system message and the last user message, never parts a call from its output, and the
+    first drops nothing."""
+    candidates = compaction.truncations(items)
+    assert candidates[0] == [i for i in items if compaction.is_system(i)] + \
+        [i for i in items if not compaction.is_system(i)]
+    last_user = [i for i in items if compaction.is_user(i)][-1]
+    sizes = [len(c) for c in candidates]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+    for candidate in candidates:
+        assert last_user in candidate
+        assert [i for i in items if compaction.is_system(i)] == \
+            [i for i in candidate if compaction.is_system(i)]
+        calls = {i["call_id"] for i in candidate if i["type"] == "function_call"}
+        outputs = {i["call_id"] for i in candidate if i["type"] == "function_call_output"}
+        assert calls == outputs, "a call was separated from its output"
+
+
 def test_split_points_are_before_users_and_after_complete_groups():
     items = [msg("user", "a"), call("1"), call("2"), output("1"), output("2"),
              msg("assistant", "b"), msg("user", "c"), call("3"), output("3")]

@@ -127,6 +127,23 @@ def split_points(body: list[dict[str, Any]]) -> list[int]:
     return sorted(set(points))
 
 
+def truncations(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """`truncation: auto`'s candidates, least dropped first: the history without its oldest
+    turns, cut only at split points; system/developer messages and the last user message
+    are always kept (the last one is the whole history with everything else dropped)."""
+    system = [item for item in items if is_system(item)]
+    body = [item for item in items if not is_system(item)]
+    last_user = next((i for i in range(len(body) - 1, -1, -1) if is_user(body[i])), None)
+    candidates: list[list[dict[str, Any]]] = []
+    for start in split_points(body):
+        tail = body[start:]
+        if last_user is not None and start > last_user:
+            tail = [body[last_user], *tail]
+        if not candidates or len(tail) + len(system) < len(candidates[-1]):
+            candidates.append([*system, *tail])
+    return candidates
+
+
 def select(items: list[dict[str, Any]], keep_tokens: int,
            count: Callable[[dict[str, Any]], int]
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:

@@ -120,8 +120,8 @@ def validate(req: wire.CreateResponse) -> None:
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise InvalidRequest("Invalid value for 'max_output_tokens': must be at least 1",
                              param="max_output_tokens")
-    if req.truncation not in (None, "disabled"):
-        raise InvalidRequest("Invalid value for 'truncation': only 'disabled' is supported",
+    if req.truncation not in (None, "disabled", "auto"):
+        raise InvalidRequest("Invalid value for 'truncation': expected 'auto' or 'disabled'",
                              param="truncation")
     check_metadata(req.metadata)
     if req.stream and req.background:

@@ -155,7 +155,46 @@ class Turns:
         await self._restore_reasoning(plan.messages)
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
+        if plan.echo["truncation"] == "auto" and \
+                len(rendered.tokens) >= self._model.info.context_length:
+            plan, rendered = await self._truncated(plan, submits=submits)
         return plan, rendered
+
+    async def _truncated(self, plan: Plan, *, submits: bool) -> tuple[Plan, Rendered]:
+        """`truncation: auto`, as OpenAI defines it: the input is over the context window,
+        so its oldest turns are dropped (at split points: a tool call never loses its
+        output; system/developer messages and the last user message stay), as few as leave
+        room for `max_output_tokens` (at most half the window; 1 token without it); found
+        by bisection over the split points. Nothing can help: the 400
+        `context_length_exceeded` a disabled truncation gives."""
+        context = self._model.info.context_length
+        limit = context - min(plan.max_output_tokens or 1, context // 2)
+        candidates = compaction.truncations(plan.history)
+
+        async def attempt(items: list[dict[str, Any]]) -> tuple[Plan, Rendered]:
+            messages = chat_messages(plan.echo["instructions"], items)
+            await self._restore_reasoning(messages)
+            rendered = await self._model.render(messages, plan.template_tools,
+                                                plan.template_kwargs, submits=False)
+            return attrs.evolve(plan, messages=messages, history=items), rendered
+
+        lo, hi = 0, len(candidates) - 1   # candidates[hi] drops the most
+        best = await attempt(candidates[hi])
+        if len(best[1].tokens) > limit:
+            raise ContextLengthExceeded(
+                f"the input is {len(best[1].tokens)} tokens even with every earlier turn "
+                f"dropped; this model's context window is {context}", param="input")
+        while lo < hi:
+            mid = (lo + hi) // 2
+            tried = await attempt(candidates[mid])
+            if len(tried[1].tokens) <= limit:
+                best, hi = tried, mid
+            else:
+                lo = mid + 1
+        if submits:   # rendered for counting above; the one that is submitted says so
+            best = (best[0], await self._model.render(best[0].messages, plan.template_tools,
+                                                      plan.template_kwargs, submits=True))
+        return best
 
     async def _resolve_references(self, req: CreateResponse, past: list[dict[str, Any]]
                                   ) -> CreateResponse:
