@@ -211,7 +211,7 @@ def test_wrong_model_is_400_model_not_found(client):
     ({"model": MODEL, "input": "x", "temperature": 2.5}, "temperature"),
     ({"model": MODEL, "input": "x", "top_p": -0.1}, "top_p"),
     ({"model": MODEL, "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
-    ({"model": MODEL, "input": "x", "truncation": "auto"}, "truncation"),
+    ({"model": MODEL, "input": "x", "truncation": "middle"}, "truncation"),
     ({"model": MODEL, "input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
     ({"model": MODEL, "input": "x", "stream": True, "background": True}, "stream"),
     ({"model": MODEL, "input": [{"role": "user", "content": [
