@@ -39,8 +39,10 @@ def run_server(*flags: str, env: dict[str, str] | None = None) -> Iterator[Serve
     """Starts `python -m triode serve --port 0 FLAGS` and waits for its listening line."""
     cmd = [sys.executable, "-m", "triode", "serve", "--port", "0", "--log-level", "warning",
            *flags]
+    # A test's server stops at its end: a short drain (the default waits 30 s for work still
+    # running); tests of the shutdown itself pass --shutdown-timeout.
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, "TRIODE_SHUTDOWN_TIMEOUT": "2", **(env or {})})
     log: list[str] = []
     ready = threading.Event()
     url: list[str] = []
@@ -61,12 +63,17 @@ def run_server(*flags: str, env: dict[str, str] | None = None) -> Iterator[Serve
         yield server
         server.http.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
+
+
+def stop(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +96,28 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+# ---- Redis ----------------------------------------------------------------------------------
+# A real Redis server (CI and the dev machines run one at 127.0.0.1:6379; TRIODE_TEST_REDIS
+# names another). Each test gets its own key prefix and its keys are deleted afterwards.
+
+REDIS_URL = os.environ.get("TRIODE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A fresh key prefix on the test Redis; every key under it is deleted at the end."""
+    import uuid
+
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"triode-test-{uuid.uuid4().hex[:12]}"
+    try:
+        yield prefix
+    finally:
+        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()

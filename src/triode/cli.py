@@ -3,16 +3,28 @@
     trio.run(serve, settings)
     └── root nursery
         ├── system.start_actors   (the actor tree; the same start path plain hypercorn uses)
-        └── hypercorn.trio.serve(http.app.create_app(handles))
+        └── hypercorn (http.app.create_app(handles)) on sockets bound before the model loads
+
+A setting that cannot start the server is one line on stderr, `triode: --flag: ...`, and
+a non-zero exit: flags out of range at parse time (exit 2), then the port (bound before the
+model loads, so a port in use fails at once) and the model (exit 1).
+
+Shutdown (SIGTERM or SIGINT): hypercorn stops accepting connections and closes idle ones;
+the registry drains (no new responses, up to `--shutdown-timeout` for the running ones, then
+the rest end `failed`) while hypercorn keeps serving the connections in flight, so every
+stream gets its terminal event and every request its response; then the tree stops. A
+second signal cuts the running responses at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
+import socket
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import trio
 
@@ -20,7 +32,14 @@ from . import settings as settings_mod
 from .errors import SettingsError
 from .settings import Settings
 
+if TYPE_CHECKING:
+    from hypercorn.config import Config, Sockets
+
 log = logging.getLogger("triode")
+
+# After the drain, the time hypercorn gets to write the last events and close the
+# connections before the rest (an idle WebSocket, say) are cut.
+FLUSH_SECS = 3.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,49 +55,120 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"triode: {exc}\n")
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .system import startup_error
+
     try:
         trio.run(serve, settings)
     except KeyboardInterrupt:
         pass
+    except (SettingsError, BaseExceptionGroup) as exc:
+        error = startup_error(exc)
+        if error is None:
+            raise
+        print(f"triode: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
-async def serve(settings: Settings) -> None:
-    """Serves until SIGINT or SIGTERM; then hypercorn shuts down gracefully (open streams
-    get `graceful_timeout`) and the actor tree is cancelled: live responses end with the
-    process, the engine thread ends at its next exchange."""
+def hypercorn_config(settings: Settings) -> Config:
+    """hypercorn's Config for `settings`."""
     from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
+
+    from .actors.registry import CUT_GRACE
+    from .http.body import MAX_BODY_BYTES
+
+    config = Config()
+    config.bind = [f"{settings.host}:{settings.port}"]
+    config.accesslog = None
+    # Connections in flight are served until the drain has ended every response (the
+    # shutdown timeout, then the cut ones' own cleanup) and the last events are written.
+    config.graceful_timeout = settings.shutdown_timeout + CUT_GRACE + FLUSH_SECS
+    # A WebSocket frame may be as large as a request body (hypercorn's default is
+    # 16 MiB, past which it closes the socket before triode sees the frame).
+    config.websocket_max_message_size = MAX_BODY_BYTES
+    return config
+
+
+def bind(config: Config, settings: Settings) -> Sockets:
+    """hypercorn's sockets, bound (not yet listening): a port in use or an address that is
+    not this machine's is a SettingsError naming --host/--port before the model loads."""
+    where = f"--host/--port: {settings.host}:{settings.port}"
+    try:
+        return config.create_sockets()
+    except socket.gaierror as exc:
+        raise SettingsError(f"--host: {settings.host}: cannot resolve it ({exc.strerror})"
+                            ) from None
+    except OSError as exc:
+        reason = {errno.EADDRINUSE: "address already in use",
+                  errno.EACCES: "permission denied (a port under 1024 needs privileges)",
+                  errno.EADDRNOTAVAIL: "not an address of this machine"}.get(
+                      exc.errno or 0, exc.strerror or str(exc))
+        raise SettingsError(f"{where}: {reason}") from None
+
+
+async def serve(settings: Settings) -> None:
+    """Serves until SIGINT or SIGTERM, then shuts down gracefully (module docstring)."""
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
 
     from .http.app import create_app
-    from .http.body import MAX_BODY_BYTES
-    from .system import start_actors
+    from .system import Handles, start_actors
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async def stop_requested() -> None:
-            async for signum in signals:
-                log.info("%s received: shutting down", signal.Signals(signum).name)
-                return
+    config = hypercorn_config(settings)
+    sockets = bind(config, settings)
+    handles: Handles | None = None
+    stopping = trio.Event()
+    served = trio.Event()
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
 
-        async with trio.open_nursery() as nursery:
-            handles = await nursery.start(start_actors, settings)
-            config = Config()
-            config.bind = [f"{settings.host}:{settings.port}"]
-            config.accesslog = None
-            config.graceful_timeout = 2.0
-            # A WebSocket frame may be as large as a request body (hypercorn's default is
-            # 16 MiB, past which it closes the socket before triode sees the frame).
-            config.websocket_max_message_size = MAX_BODY_BYTES
+                async def on_signals() -> None:
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        if handles is None:
+                            log.info("%s received while starting: stopping", name)
+                            nursery.cancel_scope.cancel()
+                            return
+                        live = (await handles.registry.statistics()).live
+                        if not stopping.is_set():
+                            log.info("%s received: shutting down; no new connections; waiting "
+                                     "up to %g s (--shutdown-timeout) for %d running "
+                                     "response%s", name, settings.shutdown_timeout, live,
+                                     "" if live == 1 else "s")
+                            stopping.set()
+                        else:
+                            log.warning("%s received again: ending the %d running "
+                                        "response%s now", name, live, "" if live == 1 else "s")
+                            nursery.start_soon(handles.registry.drain, 0.0)
 
-            async def serve_then_stop(*, task_status: Any) -> None:
-                await hypercorn_serve(create_app(handles), config,
-                                      shutdown_trigger=stop_requested, task_status=task_status)
+                async def serve_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+                    try:
+                        app = create_app(handles, access_log=settings.access_log == "on")
+                        await worker_serve(wrap_app(app, config.wsgi_max_body_size, None), config,
+                                           sockets=sockets, shutdown_trigger=stopping.wait,
+                                           task_status=task_status)
+                    finally:
+                        served.set()
+
+                nursery.start_soon(on_signals)
+                handles = await nursery.start(start_actors, settings)
+                for sock in sockets.insecure_sockets:
+                    sock.listen(config.backlog)
+                binds = await nursery.start(serve_http)
+                for address in binds:
+                    # Tests and scripts read this line to find a port chosen with --port 0.
+                    print(f"triode listening on {address}", file=sys.stderr, flush=True)
+                await stopping.wait()
+                report = await handles.registry.drain(settings.shutdown_timeout)
+                log.info("shutdown: %d response%s finished, %d cut", report.finished,
+                         "" if report.finished == 1 else "s", len(report.cut))
+                with trio.move_on_after(FLUSH_SECS):
+                    await served.wait()
                 nursery.cancel_scope.cancel()
-
-            binds = await nursery.start(serve_then_stop)
-            for bind in binds:
-                # Tests and scripts read this line to find a port chosen with --port 0.
-                print(f"triode listening on {bind}", file=sys.stderr, flush=True)
+    finally:
+        for sock in sockets.insecure_sockets:
+            sock.close()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
         ├── NotFound           404
         ├── RateLimited        429
         ├── ServerError        500
-        └── Overloaded         503
+        ├── Overloaded         503
+        └── StoreUnavailable   503 (with Retry-After: the shared store is unreachable)
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class APIError(TriodeError):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type,
                           "param": self.param, "code": self.code}}
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the error's response carries (e.g. Retry-After)."""
+        return {}
 
 
 class InvalidRequest(APIError):
@@ -89,6 +94,18 @@ class Overloaded(APIError):
     status = 503
     type = "server_error"
     code = "server_overloaded"
+
+
+class StoreUnavailable(APIError):
+    """The shared store (--store redis://...) cannot be reached; worth retrying soon."""
+
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
+    retry_after_secs = 1
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_secs)}
 
 
 class ServerError(APIError):

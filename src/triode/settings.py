@@ -18,6 +18,7 @@ import attrs
 from .errors import SettingsError
 
 BUNDLED_MODEL = "bundled"
+STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @attrs.frozen
@@ -54,6 +55,9 @@ class Settings:
         None, "context window in tokens (default: the model's own)")
     api_key: str | None = flag(
         None, "require `Authorization: Bearer KEY` on every route but /health")
+    shutdown_timeout: float = flag(
+        30.0, "seconds a SIGTERM/SIGINT waits for running responses (background jobs too) "
+        "to finish; those still running then end `failed` (the server is shutting down)")
     hosted_tools: str = flag(
         "ignore", "hosted tool types the local model cannot run (web_search, mcp, ...): "
         "`ignore` drops them (a warning log line and the X-Triode-Dropped-Tools response "
@@ -68,6 +72,9 @@ class Settings:
         "default otherwise), N = at most N")
     log_level: str = flag("info", "logging level",
                           choices=("debug", "info", "warning", "error"))
+    access_log: str = flag(
+        "on", "one INFO line per request on the `triode.access` logger (method, path, status, "
+        "duration, response id, tokens); `off` silences it", choices=("on", "off"))
     responses_store_max_entries: int = flag(
         1024, "stored responses kept; 0 disables storage",
         env=("LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES",))
@@ -95,11 +102,23 @@ class Settings:
     reasoning_echo_max_bytes: int = flag(
         16 * 1024 * 1024, "byte budget of remembered reasoning items; 0 disables the echo",
         env=("MLXCEL_REASONING_ECHO_MAX_BYTES",))
+    store: str = flag(
+        "memory", "where stored responses, conversations, background jobs and the reasoning "
+        "echo live: `memory` (this process) or `redis://host:port/db` (also `rediss://`, "
+        "`unix://`; Valkey too), shared by every worker and replica that names it")
+    store_prefix: str = flag(
+        "triode", "the key prefix of a Redis store: deployments sharing one Redis with "
+        "different prefixes share nothing")
 
     def __attrs_post_init__(self) -> None:
         problems = []
+        if not 0 <= self.port <= 65535:
+            problems.append(f"--port must be between 0 and 65535 (got {self.port})")
         if self.parallel < 1:
-            problems.append("--parallel must be at least 1")
+            problems.append(f"--parallel must be at least 1 (got {self.parallel})")
+        if self.store != "memory" and not self.store.startswith(STORE_SCHEMES):
+            problems.append(f"--store must be `memory` or a URL starting with "
+                            f"{', '.join(STORE_SCHEMES)} (got {self.store!r})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:
@@ -110,8 +129,9 @@ class Settings:
                 f"(got {self.responses_background_ephemeral_ttl_secs})")
         for f in FLAGS:
             v = getattr(self, f.field)
-            if f.type is int and v is not None and v < 0:
-                problems.append(f"--{f.name} must not be negative (got {v})")
+            named = any(p.startswith(f"--{f.name} ") for p in problems)
+            if f.type in (int, float) and v is not None and not v >= 0 and not named:
+                problems.append(f"--{f.name} must be 0 or more (got {v})")  # NaN too
             if f.choices and v not in f.choices:
                 problems.append(f"--{f.name} must be one of {', '.join(f.choices)} (got {v!r})")
         if problems:
@@ -144,6 +164,8 @@ def _parser_for(annotation: Any) -> Callable[[str], Any]:
     (kind,) = kinds
     if kind is int:
         return int
+    if kind is float:
+        return float
     if kind is str:
         return str
     raise TypeError(f"no flag parser for {annotation!r}")

@@ -10,6 +10,12 @@
 `triode serve` (cli.py) starts it and then hypercorn beside it; under plain hypercorn
 (`hypercorn --worker-class trio 'triode.http.app:create_app()'`) the app's lifespan starts
 it with settings from the environment.
+
+A start that cannot succeed (the `--model` path, a model that does not load) raises one
+`SettingsError` naming the flag, before the model loads when it can be known then. Once
+started the tree drains before it stops: cancelling `start_actors` (the end of the process)
+first has the registry wait up to `--shutdown-timeout` for the live responses and end the
+rest `failed`, so each gets its terminal event and is stored (docs/cancellation.md).
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ from pathlib import Path
 import attrs
 import trio
 
+from .actors.jobs import JobBoard, JobBoardHandle
 from .actors.model import ModelActor, ModelHandle
-from .actors.registry import Registry, RegistryHandle
-from .actors.store import (ConversationStore, ConversationStoreHandle, ReasoningEchoHandle,
+from .actors.registry import CUT_GRACE, Registry, RegistryHandle
+from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
+                           ReasoningEchoHandle, backend_for,
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
+from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
-from .model.loading import BUNDLED_PATH
+from .model.loading import BUNDLED_PATH, check_model, load_failure
 from .service.conversations import Conversations
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
@@ -34,6 +43,8 @@ from .settings import BUNDLED_MODEL, Settings
 log = logging.getLogger("triode")
 
 BUNDLED_ALIAS = "triode-tiny"
+
+LOAD_PROGRESS_SECS = 5.0   # a slow model load says it is still loading this often
 
 
 @attrs.frozen
@@ -81,42 +92,151 @@ def background_off(settings: Settings) -> str | None:
     return None
 
 
+async def open_store(settings: Settings) -> Backend:
+    """The stores' backend; a Redis one is pinged (unreachable: a warning, not a failure:
+    the store routes answer 503 until it comes back)."""
+    backend = backend_for(settings.store, settings.store_prefix)
+    if isinstance(backend, RedisBackend):
+        try:
+            await trio.to_thread.run_sync(backend.ping)
+            log.info("store: %s (prefix %r)", settings.store, settings.store_prefix)
+        except StoreUnavailable as exc:
+            log.warning("store: %s (prefix %r): %s", settings.store, settings.store_prefix,
+                        exc.message)
+    return backend
+
+
 async def start_actors(settings: Settings, *,
                        task_status: trio.TaskStatus[Handles] = trio.TASK_STATUS_IGNORED
                        ) -> None:
-    """Starts the actor tree under the caller's nursery and reports its Handles."""
-    blas = preload_blas(settings.blas)
-    log.info("BLAS in use: %s", blas)
-    async with trio.open_nursery() as nursery:
+    """Starts the actor tree under the caller's nursery and reports its Handles.
+
+    Raises a lone SettingsError (no exception group) when a setting cannot start it. Once
+    started, the tree is shielded from the caller's cancellation: a cancel first drains the
+    registry (up to `--shutdown-timeout`, then the rest end `failed`), then stops the tree.
+    Plain hypercorn's lifespan cancels it only after the HTTP connections have closed, so
+    there the drain is what ends background jobs with a terminal status."""
+    check_model(model_path(settings))
+    tree = trio.CancelScope()
+    handles: Handles | None = None
+    tree_ended = False
+
+    async def drain_when_cancelled() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if handles is not None and not tree_ended:
+                with trio.move_on_after(settings.shutdown_timeout + CUT_GRACE, shield=True):
+                    await handles.registry.drain(settings.shutdown_timeout)
+            tree.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain_when_cancelled)
+            try:
+                with tree:
+                    async with trio.open_nursery() as actors:
+                        handles = await actors.start(_start_tree, settings)
+                        tree.shield = True
+                        task_status.started(handles)
+            finally:
+                tree_ended = True
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        error = startup_error(group)
+        if handles is not None or error is None:
+            raise
+        raise error from None
+
+
+def startup_error(exc: BaseException) -> SettingsError | None:
+    """The one SettingsError that `exc` is, or that it carries (in nested exception groups)
+    with nothing else: what stopped a start, in a line naming the flag."""
+    if isinstance(exc, SettingsError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(SettingsError)
+        leaves: list[BaseException] = []
+        pending: list[BaseException] = [matched] if matched is not None else []
+        while pending:
+            e = pending.pop()
+            if isinstance(e, BaseExceptionGroup):
+                pending.extend(e.exceptions)
+            else:
+                leaves.append(e)
+        if rest is None and len(leaves) == 1 and isinstance(leaves[0], SettingsError):
+            return leaves[0]
+    return None
+
+
+async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
+    """Starts the model actor in `nursery` and returns its handle once the model has loaded.
+    Logs the load before it starts and every LOAD_PROGRESS_SECS while it lasts; a load that
+    fails is a SettingsError naming `--model` (the traceback is logged at debug level)."""
+    path = model_path(settings)
+    log.info("loading model %s", path)
+    began = trio.current_time()
+
+    async def report_progress(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            while True:
+                await trio.sleep(LOAD_PROGRESS_SECS)
+                log.info("still loading model %s (%.0f s)", path, trio.current_time() - began)
+
+    progress: trio.CancelScope = await nursery.start(report_progress)
+    try:
         model: ModelHandle = await nursery.start(ModelActor(
-            model=model_path(settings), parallel=settings.parallel,
+            model=path, parallel=settings.parallel,
             max_queue=settings.max_queue, context_length=settings.context_length,
             blas_threads=settings.blas_threads,
             prompt_cache_bytes=settings.prompt_cache_bytes).run)
+    except Exception as exc:
+        log.debug("loading model %s failed", path, exc_info=exc)
+        raise load_failure(path, exc) from None
+    finally:
+        progress.cancel()
+    return model
+
+
+async def _start_tree(settings: Settings, *,
+                      task_status: trio.TaskStatus[Handles] = trio.TASK_STATUS_IGNORED
+                      ) -> None:
+    """The actors in one nursery; reports their Handles once every one has started."""
+    blas = preload_blas(settings.blas)
+    log.info("BLAS in use: %s", blas)
+    async with trio.open_nursery() as nursery:
+        model = await load_model(nursery, settings)
         registry: RegistryHandle = await nursery.start(Registry(
             background_max_jobs=settings.responses_background_max_jobs).run)
+        backend = await open_store(settings)
         responses: ResponseStoreHandle = await nursery.start(ResponseStore(
             max_entries=settings.responses_store_max_entries,
             max_bytes=settings.responses_store_max_bytes,
             ttl_secs=settings.responses_store_ttl_secs,
-            ephemeral_ttl_secs=settings.responses_background_ephemeral_ttl_secs).run)
+            ephemeral_ttl_secs=settings.responses_background_ephemeral_ttl_secs,
+            backend=backend).run)
         conversations: ConversationStoreHandle = await nursery.start(ConversationStore(
             max_entries=settings.conversation_store_max_entries,
             max_bytes=settings.conversation_store_max_bytes,
-            ttl_secs=settings.conversation_store_ttl_secs).run)
+            ttl_secs=settings.conversation_store_ttl_secs, backend=backend).run)
         # The seed's reasoning echo exists for the prompt cache: off with it.
         echo: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
-            max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0
-        ).run)
+            max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
+            backend=backend).run)
         info = model.info
         log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
                  info.path, info.context_length, settings.parallel,
                  "n/a" if info.blas_threads is None else info.blas_threads)
         names = model_names(settings, info.path)
+        board: JobBoardHandle | None = None
+        if isinstance(backend, RedisBackend):   # background jobs seen by every process
+            board = await nursery.start(JobBoard(backend.client, backend.prefix, registry).run)
         turns = Turns(model=model, registry=registry, responses=responses,
                       conversations=conversations, echo=echo, model_names=names,
                       hosted_tools=settings.hosted_tools,
-                      background_off=background_off(settings))
+                      background_off=background_off(settings), board=board)
+        nursery.start_soon(turns.reap)
         task_status.started(Handles(
             turns=turns, model=model, registry=registry, responses=responses,
             conversations=conversations, echo=echo, model_names=names, blas=blas,

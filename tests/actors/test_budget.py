@@ -97,12 +97,13 @@ def test_approx_json_bytes_counts_escapes_unicode_and_nesting():
     assert approx_json_bytes(obj) == json_bytes(obj)
 
 
-# Deterministic policy cases
+# Deterministic policy cases, run on BudgetedMap and on the same policy in Redis
+# (`budgeted`, tests/actors/conftest.py).
 
 
-def test_reads_refresh_recency_for_lru():
+def test_reads_refresh_recency_for_lru(budgeted):
     """A read makes an entry most recent, so the count limit evicts the least recently used."""
-    entries = BudgetedMap(max_entries=2, max_bytes=10_000, ttl_secs=0)
+    entries = budgeted(max_entries=2, max_bytes=10_000, ttl_secs=0)
     entries.put("a", 1, now=0)
     entries.put("b", 2, now=1)
     assert entries.get("a", now=2) == 1
@@ -112,19 +113,19 @@ def test_reads_refresh_recency_for_lru():
     assert entries.statistics().evictions == Evictions(lru=1)
 
 
-def test_ttl_expires_at_exactly_the_ttl():
+def test_ttl_expires_at_exactly_the_ttl(budgeted):
     """An entry is returned until age ttl - epsilon and is gone at age exactly ttl."""
-    entries = BudgetedMap(max_entries=4, max_bytes=10_000, ttl_secs=10)
+    entries = budgeted(max_entries=4, max_bytes=10_000, ttl_secs=10)
     entries.put("a", 1, now=5)
     assert entries.get("a", now=14.999) == 1
     assert entries.get("a", now=15) is None
     assert entries.statistics().evictions == Evictions(ttl=1)
 
 
-def test_an_entry_with_its_own_ttl_expires_on_it_not_on_the_maps():
+def test_an_entry_with_its_own_ttl_expires_on_it_not_on_the_maps(budgeted):
     """A per-entry TTL (shorter or longer than the map's, or none where the map has none)
     decides that entry's expiry alone; each expires at exactly its own TTL."""
-    entries = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=10)
+    entries = budgeted(max_entries=8, max_bytes=10_000, ttl_secs=10)
     entries.put("short", 1, now=0, ttl_secs=3)
     entries.put("default", 2, now=0)
     entries.put("long", 3, now=1, ttl_secs=20)
@@ -137,24 +138,24 @@ def test_an_entry_with_its_own_ttl_expires_on_it_not_on_the_maps():
     assert entries.statistics().evictions == Evictions(ttl=4)
     assert entries.statistics().bytes == 0
 
-    forever = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=0)
+    forever = budgeted(max_entries=8, max_bytes=10_000, ttl_secs=0)
     forever.put("ephemeral", 1, now=0, ttl_secs=5)
     forever.put("kept", 2, now=0)
     assert forever.sweep(now=5) == 1
     assert forever.get("kept", now=10**9) == 2
 
 
-def test_a_pinned_entry_keeps_its_own_ttl_for_when_it_is_unpinned():
-    entries = BudgetedMap(max_entries=8, max_bytes=10_000, ttl_secs=100)
+def test_a_pinned_entry_keeps_its_own_ttl_for_when_it_is_unpinned(budgeted):
+    entries = budgeted(max_entries=8, max_bytes=10_000, ttl_secs=100)
     entries.put("job", 1, now=0, pinned=True, ttl_secs=5)
     assert entries.get("job", now=1000) == 1
     assert entries.unpin("job", now=1000)
     assert entries.get("job", now=1004.999) == 1 and entries.get("job", now=1005) is None
 
 
-def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over():
+def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over(budgeted):
     """Entries totalling exactly max_bytes all stay; one byte more evicts the least recent."""
-    entries = BudgetedMap(max_entries=10, max_bytes=100, ttl_secs=0)
+    entries = budgeted(max_entries=10, max_bytes=100, ttl_secs=0)
     assert entries.put("a", sized(40), now=0)
     assert entries.put("b", sized(60), now=1)
     assert entries.statistics().bytes == 100 and len(entries) == 2
@@ -163,52 +164,52 @@ def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over():
     assert entries.statistics().evictions == Evictions(bytes=1)
 
 
-def test_replacing_a_key_replaces_its_bytes():
+def test_replacing_a_key_replaces_its_bytes(budgeted):
     """A replace subtracts the old size instead of counting both values."""
-    entries = BudgetedMap(max_entries=10, max_bytes=100, ttl_secs=0)
+    entries = budgeted(max_entries=10, max_bytes=100, ttl_secs=0)
     entries.put("a", sized(70), now=0)
     entries.put("a", sized(20), now=1)
     assert entries.statistics().bytes == 20 and len(entries) == 1
     assert entries.statistics().evictions == Evictions()
 
 
-def test_replace_restarts_the_ttl():
+def test_replace_restarts_the_ttl(budgeted):
     """A replace counts as a new insert for the TTL."""
-    entries = BudgetedMap(max_entries=4, max_bytes=10_000, ttl_secs=10)
+    entries = budgeted(max_entries=4, max_bytes=10_000, ttl_secs=10)
     entries.put("a", 1, now=0)
     entries.put("a", 2, now=8)
     assert entries.get("a", now=17) == 2
     assert entries.get("a", now=18) is None
 
 
-def test_oversize_entry_is_not_kept():
+def test_oversize_entry_is_not_kept(budgeted):
     """An entry larger than the whole byte budget is refused and evicts nothing else."""
-    entries = BudgetedMap(max_entries=10, max_bytes=100, ttl_secs=0)
+    entries = budgeted(max_entries=10, max_bytes=100, ttl_secs=0)
     entries.put("a", sized(50), now=0)
     assert not entries.put("big", sized(101), now=1)
     assert "big" not in entries and "a" in entries
     assert entries.statistics().evictions == Evictions(oversize=1)
 
 
-def test_zero_byte_budget_accepts_and_evicts_at_once():
+def test_zero_byte_budget_accepts_and_evicts_at_once(budgeted):
     """With max_bytes 0 a put succeeds as a call but nothing is retained."""
-    entries = BudgetedMap(max_entries=10, max_bytes=0, ttl_secs=0)
+    entries = budgeted(max_entries=10, max_bytes=0, ttl_secs=0)
     assert not entries.put("a", 1, now=0)
     assert entries.get("a", now=0) is None
     assert entries.statistics().evictions == Evictions(bytes=1)
 
 
-def test_zero_ttl_never_expires():
+def test_zero_ttl_never_expires(budgeted):
     """With ttl_secs 0 an entry is still there a century later."""
-    entries = BudgetedMap(max_entries=4, max_bytes=10_000, ttl_secs=0)
+    entries = budgeted(max_entries=4, max_bytes=10_000, ttl_secs=0)
     entries.put("a", 1, now=0)
     assert entries.sweep(now=3e9) == 0
     assert entries.get("a", now=3e9) == 1
 
 
-def test_pinned_entries_survive_ttl_and_lru_pressure():
+def test_pinned_entries_survive_ttl_and_lru_pressure(budgeted):
     """Pinned entries outlive the TTL and a flood of newer entries, and still count in stats."""
-    entries = BudgetedMap(max_entries=2, max_bytes=100, ttl_secs=10)
+    entries = budgeted(max_entries=2, max_bytes=100, ttl_secs=10)
     assert entries.put("job", sized(30), now=0, pinned=True)
     for n in range(5):
         entries.put(f"r{n}", sized(40), now=n)
@@ -218,9 +219,9 @@ def test_pinned_entries_survive_ttl_and_lru_pressure():
     assert (stats.entries, stats.bytes, stats.pinned_entries, stats.pinned_bytes) == (1, 30, 1, 30)
 
 
-def test_pinned_admission_is_refused_over_budget_without_evicting():
+def test_pinned_admission_is_refused_over_budget_without_evicting(budgeted):
     """A pinned put past the byte budget is refused and leaves ordinary entries alone."""
-    entries = BudgetedMap(max_entries=10, max_bytes=100, ttl_secs=0)
+    entries = budgeted(max_entries=10, max_bytes=100, ttl_secs=0)
     entries.put("stored", sized(90), now=0)
     assert entries.put("job1", sized(60), now=1, pinned=True)
     assert not entries.put("job2", sized(41), now=2, pinned=True)
@@ -228,9 +229,9 @@ def test_pinned_admission_is_refused_over_budget_without_evicting():
     assert entries.pin("stored", now=3) is False
 
 
-def test_unpin_makes_an_entry_ordinary_as_if_inserted_now():
+def test_unpin_makes_an_entry_ordinary_as_if_inserted_now(budgeted):
     """After unpin the TTL counts from the unpin and the entry takes part in LRU again."""
-    entries = BudgetedMap(max_entries=1, max_bytes=100, ttl_secs=10)
+    entries = budgeted(max_entries=1, max_bytes=100, ttl_secs=10)
     entries.put("job", 1, now=0, pinned=True)
     entries.put("other", 2, now=50)
     assert entries.unpin("job", now=100)
@@ -239,9 +240,9 @@ def test_unpin_makes_an_entry_ordinary_as_if_inserted_now():
     assert entries.get("job", now=110) is None
 
 
-def test_append_grows_the_entry_by_its_json_size_and_keeps_its_age():
+def test_append_grows_the_entry_by_its_json_size_and_keeps_its_age(budgeted):
     """Appends keep bytes equal to the whole list's JSON size and do not restart the TTL."""
-    entries = BudgetedMap(max_entries=4, max_bytes=1000, ttl_secs=10)
+    entries = budgeted(max_entries=4, max_bytes=1000, ttl_secs=10)
     assert entries.append("c", [], now=0)
     assert entries.statistics().bytes == json_bytes([])
     entries.append("c", [{"role": "user", "content": "héllo"}], now=1)
@@ -251,18 +252,18 @@ def test_append_grows_the_entry_by_its_json_size_and_keeps_its_age():
     assert entries.get("c", now=10) is None
 
 
-def test_append_past_the_byte_budget_drops_the_entry():
+def test_append_past_the_byte_budget_drops_the_entry(budgeted):
     """A transcript that outgrows the whole byte budget is dropped as oversize, not truncated."""
-    entries = BudgetedMap(max_entries=4, max_bytes=30, ttl_secs=0)
+    entries = budgeted(max_entries=4, max_bytes=30, ttl_secs=0)
     entries.append("c", ["x" * 10], now=0)
     assert not entries.append("c", ["y" * 20], now=1)
     assert "c" not in entries and entries.statistics().bytes == 0
     assert entries.statistics().evictions == Evictions(oversize=1)
 
 
-def test_delete_counts_only_live_entries():
+def test_delete_counts_only_live_entries(budgeted):
     """delete returns whether a live entry went away; an expired one counts as a TTL eviction."""
-    entries = BudgetedMap(max_entries=4, max_bytes=1000, ttl_secs=10)
+    entries = budgeted(max_entries=4, max_bytes=1000, ttl_secs=10)
     entries.put("a", 1, now=0)
     entries.put("b", 2, now=0)
     assert entries.delete("a", now=1)

@@ -365,11 +365,11 @@ def test_jobs_are_gone_after_a_restart():
 
 
 def test_sigint_stops_the_server_with_jobs_running():
-    """Shutdown cancels every supervisor and the engine thread: the process exits cleanly
-    and promptly even with a job running and one queued."""
+    """Shutdown (with no time to finish) ends every supervisor and the engine thread: the
+    process exits cleanly and promptly even with a job running and one queued."""
     import signal
 
-    with run_server("--parallel", "1") as srv:
+    with run_server("--parallel", "1", "--shutdown-timeout", "0") as srv:
         running, queued = create(srv, hold_job()), create(srv, hold_job())
         wait_until(lambda: poll(srv, running["id"])["status"] == "in_progress")
         assert poll(srv, queued["id"])["status"] == "queued"

@@ -81,6 +81,33 @@ class ModelStatistics:
     requests_rejected: int
     rendering: int        # chat templates being rendered, or waiting for a render thread
     prompt_cache: PromptCacheStatistics
+    generation: GenerationStatistics
+
+
+@attrs.frozen
+class GenerationStatistics:
+    """What generation has done since the actor started: token counts, how sequences ended,
+    and the latency histograms (seconds, from the Submit that asked for the slot)."""
+
+    started: int              # sequences that reached their first token
+    prompt_tokens: int        # their prompt tokens, the cached ones included
+    outcomes: dict[str, int]  # sequences by how they ended (a fresh copy): model.OUTCOMES
+    queue_wait: HistogramStatistics           # Submit → slot
+    time_to_first_token: HistogramStatistics  # Submit → first token (queue + prefill)
+    time_per_output_token: HistogramStatistics  # first → last token, per token after the
+                                                # first, of sequences that finished
+    duration: HistogramStatistics             # Submit → last token, of sequences that finished
+
+
+@attrs.frozen
+class HistogramStatistics:
+    """A histogram's state as Prometheus reports it: `cumulative[i]` observations were at
+    most `bounds[i]`; `count` is all of them (the `+Inf` bucket)."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    count: int
+    sum: float
 
 
 @attrs.frozen
@@ -94,5 +121,6 @@ class PromptCacheStatistics:
 
 ModelMessage = Submit | Release | Rendering | ModelStatisticsRequest
 
-__all__ = ["Admission", "Command", "ModelMessage", "ModelStatistics", "ModelStatisticsRequest",
-           "PromptCacheStatistics", "Release", "Rendering", "Step", "Submit"]
+__all__ = ["Admission", "Command", "GenerationStatistics", "HistogramStatistics", "ModelMessage",
+           "ModelStatistics", "ModelStatisticsRequest", "PromptCacheStatistics", "Release",
+           "Rendering", "Step", "Submit"]

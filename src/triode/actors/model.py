@@ -8,11 +8,16 @@ If the engine thread dies while the process lives, every request it held ends wi
 finish reason (its response fails with `server_error`) and the actor starts a fresh engine;
 requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` deaths within
 `RESTART_WINDOW` seconds it gives up and refuses new requests (500).
+
+It is also the one owner of generation's figures (`statistics()`): token counts, how each
+sequence ended, and the latency histograms, timed from the Submit that asked for a slot.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import logging
 import threading
 from collections import deque
@@ -27,8 +32,9 @@ from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import ModelInfo
 from ..model.request import GenerationRequest, Rendered
 from .mailbox import answer, ask
-from .messages import (Admission, ModelMessage, ModelStatistics, ModelStatisticsRequest,
-                       PromptCacheStatistics, Release, Rendering, Step, Submit)
+from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
+                       ModelStatistics, ModelStatisticsRequest, PromptCacheStatistics, Release,
+                       Rendering, Step, Submit)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,40 @@ ADMISSION_HOLD_MAX = 0.02
 MAX_RESTARTS = 5          # engine deaths tolerated within RESTART_WINDOW
 RESTART_WINDOW = 300.0    # seconds
 RESTART_DELAY = 0.5       # seconds before the first restart; doubles with each recent death
+
+# How a sequence ended: its finish reason (`stop`, `length`), `error` (constrained decoding
+# failed), `released` (its consumer let go before its end: a cancel, a disconnect, or a stop
+# sequence the supervisor matched; the actor cannot tell them apart), `cut_off` (its consumer
+# fell STREAM_BUFFER_STEPS behind or went away), `engine_failed` (the engine died under it).
+OUTCOMES = ("stop", "length", "error", "released", "cut_off", "engine_failed")
+
+# Histogram bucket bounds, seconds. A small model on a CPU decodes a token in milliseconds; a
+# large one on a busy queue waits minutes: the bounds span both.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                120.0, 300.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0,
+                 2.5)
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+                    600.0, 1200.0)
+
+
+class Histogram:
+    """Observations counted in fixed buckets, with their sum (Prometheus' histogram). Its
+    owner observes and reads it in one thread, so it needs no lock."""
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)   # the last one: above every bound
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def statistics(self) -> HistogramStatistics:
+        return HistogramStatistics(
+            bounds=self._bounds, cumulative=tuple(itertools.accumulate(self._counts[:-1])),
+            count=sum(self._counts), sum=self._sum)
 
 
 @attrs.define
@@ -143,6 +183,9 @@ class _Request:
     uid: int
     request: GenerationRequest
     outputs: trio.MemorySendChannel[StepOutput]
+    submitted: float                  # trio.current_time() at its Submit
+    first_token: float | None = None
+    tokens: int = 0
 
 
 class ModelActor:
@@ -182,6 +225,13 @@ class ModelActor:
         self._prompt_cache_bytes = 0
         self._prompt_cache_hits = 0
         self._prompt_cache_tokens = 0
+        self._started = 0
+        self._prompt_tokens = 0
+        self._outcomes = dict.fromkeys(OUTCOMES, 0)
+        self._queue_wait = Histogram(WAIT_BUCKETS)
+        self._first_token = Histogram(WAIT_BUCKETS)
+        self._per_token = Histogram(TOKEN_BUCKETS)
+        self._duration = Histogram(DURATION_BUCKETS)
 
     async def run(self, *, task_status: trio.TaskStatus[ModelHandle] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -296,7 +346,7 @@ class ModelActor:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
         send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
-        req = _Request(self._next_uid, msg.request, send)
+        req = _Request(self._next_uid, msg.request, send, submitted=trio.current_time())
         self._next_uid += 1
         if len(self._active) < self._parallel:
             self._admit(req)
@@ -313,6 +363,7 @@ class ModelActor:
     def _admit(self, req: _Request) -> None:
         self._active[req.uid] = req
         self._admitted += 1
+        self._queue_wait.observe(trio.current_time() - req.submitted)
         self._pending.append(Insert(req.uid, req.request))
         self._flush()
 
@@ -327,8 +378,10 @@ class ModelActor:
             if req.uid == uid:
                 self._waiting.remove(req)
                 req.outputs.close()
+                self._outcomes["released"] += 1
                 return
         if uid in self._active:
+            self._outcomes["released"] += 1
             unsent = [c for c in self._pending if isinstance(c, Insert) and c.uid == uid]
             if unsent:  # still held here: the engine never sees it
                 self._pending.remove(unsent[0])
@@ -344,25 +397,44 @@ class ModelActor:
         self._steps += bool(msg.outputs)
         if msg.prompt_cache is not None:
             self._prompt_cache_entries, self._prompt_cache_bytes = msg.prompt_cache
+        now = trio.current_time()
         for out in msg.outputs:
             req = self._active.get(out.uid)
             if req is None:
                 continue  # released while the step ran; its Remove is pending
             self._tokens += 1
-            if out.cached_tokens:
-                self._prompt_cache_hits += 1
-                self._prompt_cache_tokens += out.cached_tokens
+            req.tokens += 1
+            if req.first_token is None:
+                self._first_output(req, out, now)
             try:
                 req.outputs.send_nowait(out)
             except (trio.WouldBlock, trio.BrokenResourceError):
                 log.warning("request %d: consumer too slow or gone; cutting it off", out.uid)
                 if out.finish_reason is None:
                     self._pending.append(Remove(out.uid))
+                self._outcomes["cut_off"] += 1
                 self._free_slot(out.uid)
                 continue
             if out.finish_reason is not None:
+                self._finished(req, out, now)
                 self._free_slot(out.uid)
         self._flush()
+
+    def _first_output(self, req: _Request, out: StepOutput, now: float) -> None:
+        req.first_token = now
+        self._first_token.observe(now - req.submitted)
+        self._started += 1
+        self._prompt_tokens += len(req.request.prompt)
+        if out.cached_tokens:   # reported on a sequence's first output only
+            self._prompt_cache_hits += 1
+            self._prompt_cache_tokens += out.cached_tokens
+
+    def _finished(self, req: _Request, out: StepOutput, now: float) -> None:
+        outcome = "error" if out.error else out.finish_reason or "stop"
+        self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
+        self._duration.observe(now - req.submitted)
+        if req.tokens > 1 and req.first_token is not None:
+            self._per_token.observe((now - req.first_token) / (req.tokens - 1))
 
     def _flush(self, *, force: bool = False) -> None:
         """Hands the pending commands to the engine thread (waking it if it is parked).
@@ -411,6 +483,7 @@ class ModelActor:
         self._prompt_cache_entries = self._prompt_cache_bytes = 0   # it died with the engine
         for req in [*self._active.values(), *self._waiting]:
             req.outputs.close()
+            self._outcomes["engine_failed"] += 1
         self._active.clear()
         self._waiting.clear()
         self._pending.clear()
@@ -428,4 +501,10 @@ class ModelActor:
             prompt_cache=PromptCacheStatistics(
                 max_bytes=self._prompt_cache_max, entries=self._prompt_cache_entries,
                 bytes=self._prompt_cache_bytes, hits=self._prompt_cache_hits,
-                cached_tokens=self._prompt_cache_tokens))
+                cached_tokens=self._prompt_cache_tokens),
+            generation=GenerationStatistics(
+                started=self._started, prompt_tokens=self._prompt_tokens,
+                outcomes=dict(self._outcomes), queue_wait=self._queue_wait.statistics(),
+                time_to_first_token=self._first_token.statistics(),
+                time_per_output_token=self._per_token.statistics(),
+                duration=self._duration.statistics()))

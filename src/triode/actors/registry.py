@@ -4,21 +4,37 @@ Supervisors live here, not in the HTTP handler's nursery, so a response can outl
 request that created it (a `background` job outlives it by design); cancelling one goes
 through the registry. It also owns the count of active background jobs and refuses a new
 one (429) at `--responses-background-max-jobs`.
+
+At shutdown the registry drains (`RegistryHandle.drain`): it refuses new responses (503),
+waits for the live ones to finish up to `--shutdown-timeout`, then has each one still
+running end `failed` with `SHUTDOWN_REASON` (stored like any end, so its stream gets
+`response.failed` and a GET finds it) and logs which ones it cut.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import attrs
 import outcome
 import trio
 
-from ..errors import RateLimited
+from ..errors import Overloaded, RateLimited
+from ..responses.lifecycle import Status, is_terminal
 from .mailbox import ReplyChannel, answer, ask, reply_with
 from .supervisor import Supervisor, SupervisorHandle
 
+log = logging.getLogger(__name__)
+
 INBOX_SIZE = 256
+
+# What the responses a drain cuts get to end and be stored: their own cleanup is bounded
+# (the slot release by RELEASE_TIMEOUT, the store write by TERMINAL_HOOK_TIMEOUT, 5 s each).
+CUT_GRACE = 15.0
+
+SHUTDOWN_REASON = ("The server is shutting down, and this response did not finish within "
+                   "its shutdown timeout.")
 
 
 @attrs.frozen
@@ -45,7 +61,22 @@ class RegistryStatisticsRequest:
     reply: ReplyChannel[RegistryStatistics]
 
 
-RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest
+@attrs.frozen
+class Drain:
+    timeout: float
+    reply: ReplyChannel[DrainReport]
+
+
+RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest | Drain
+
+
+@attrs.frozen
+class DrainReport:
+    """How a drain ended: how many responses finished by themselves meanwhile, and the ones
+    cut (ended `failed` with the shutdown reason, by this drain or a shorter one)."""
+
+    finished: int
+    cut: tuple[str, ...]
 
 
 @attrs.frozen
@@ -76,6 +107,13 @@ class RegistryHandle:
     async def statistics(self) -> RegistryStatistics:
         return await ask(self._inbox, RegistryStatisticsRequest)
 
+    async def drain(self, timeout: float) -> DrainReport:
+        """From now on refuses new responses; waits up to `timeout` seconds for the live
+        ones to end, then ends those still running as `failed` (the server is shutting
+        down). Returns once every one has ended and been stored. A second call with a
+        shorter timeout (a second signal) cuts sooner."""
+        return await ask(self._inbox, lambda r: Drain(timeout, r))
+
 
 class Registry:
     def __init__(self, *, background_max_jobs: int = 64) -> None:
@@ -83,6 +121,10 @@ class Registry:
         self._jobs: set[str] = set()        # the live background ones
         self._max_jobs = background_max_jobs
         self._started = 0
+        self._ended = 0
+        self._cut: list[str] = []           # every response a drain has cut
+        self._draining = False
+        self._left = trio.Event()           # set (and renewed) whenever a response ends
 
     async def run(self, *, task_status: trio.TaskStatus[RegistryHandle] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -91,6 +133,10 @@ class Registry:
             task_status.started(RegistryHandle(send))
             async for msg in inbox:
                 match msg:
+                    case Start(reply=reply) if self._draining:
+                        reply_with(reply, outcome.Error(Overloaded(
+                            "The server is shutting down and takes no new responses; "
+                            "retry on another instance or after it restarts.")))
                     case Start(make=make, background=background, reply=reply):
                         if background and len(self._jobs) >= self._max_jobs:
                             reply_with(reply, outcome.Error(RateLimited(
@@ -111,6 +157,34 @@ class Registry:
                     case RegistryStatisticsRequest(reply=reply):
                         answer(reply, lambda: RegistryStatistics(
                             len(self._live), self._started, len(self._jobs), self._max_jobs))
+                    case Drain(timeout=timeout, reply=reply):
+                        self._draining = True
+                        nursery.start_soon(self._drain, timeout, reply)
+
+    async def _drain(self, timeout: float, reply: ReplyChannel[DrainReport]) -> None:
+        # A task of the registry's own tree (like `_supervise`): it reads `_live` directly.
+        ended_before, cut_before = self._ended, len(self._cut)
+        with trio.move_on_after(timeout):
+            await self._all_ended()
+        cut = [rid for rid, handle in self._live.items()
+               if not is_terminal(Status(handle.status))]
+        if cut:
+            jobs = sum(rid in self._jobs for rid in cut)
+            log.warning("shutdown timeout (%g s) reached: ending %d unfinished response%s as "
+                        "failed (%d background): %s", timeout, len(cut),
+                        "" if len(cut) == 1 else "s", jobs, ", ".join(cut))
+            for rid in cut:
+                self._live[rid].shut_down(SHUTDOWN_REASON)
+            self._cut += cut
+        # Each cut one ends within its own bounded cleanup (slot release, store write).
+        await self._all_ended()
+        all_cut = tuple(self._cut[cut_before:])
+        reply_with(reply, outcome.Value(DrainReport(self._ended - ended_before - len(all_cut),
+                                                    all_cut)))
+
+    async def _all_ended(self) -> None:
+        while self._live:
+            await self._left.wait()
 
     def _cancel(self, response_id: str) -> SupervisorHandle | None:
         handle = self._live.get(response_id)
@@ -137,5 +211,8 @@ class Registry:
         try:
             await sup.run(task_status=Registering())
         finally:
-            self._live.pop(sup.response_id, None)
+            if self._live.pop(sup.response_id, None) is not None:
+                self._ended += 1
             self._jobs.discard(sup.response_id)
+            self._left.set()
+            self._left = trio.Event()

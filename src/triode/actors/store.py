@@ -1,4 +1,6 @@
-"""The response store and the conversation store: one actor each, each owning a BudgetedMap.
+"""The stores: responses, conversations and the reasoning echo, one actor each, each owning
+its `Entries` (actors/entries.py): a BudgetedMap in this process, or the same policy in a
+shared Redis (`--store redis://...`), where any process serves any id.
 
 Values cross the mailbox as compact JSON bytes, encoded and decoded in the caller's task by
 the handle. That keeps retained memory close to the byte budget (a parsed response with its
@@ -8,23 +10,29 @@ kept, which `approx_json_bytes` estimates for callers that need a size before en
 
 Expired entries are freed by a sweep at the moment the next one expires (the actor waits on
 its mailbox with that deadline), so memory comes back even if nobody reads them, and a
-store whose entries never expire never wakes.
+store whose entries never expire never wakes. A shared store runs each message's operation
+(one atomic script call) in a worker thread, several at once, sweeps every second, and
+answers StoreUnavailable (503, Retry-After) while Redis cannot be reached.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import time
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Iterable
 
 import attrs
+import outcome
 import trio
 
-from ..errors import StoreDisabled
+from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
-from .budget import BudgetedMap, BudgetStatistics
-from .mailbox import ReplyChannel, answer, ask
+from .budget import BudgetStatistics
+from .entries import Entries, MemoryEntries, RedisEntries
+from .mailbox import ReplyChannel, answer, ask, reply_with
 
 MAILBOX_SIZE = 64
 
@@ -54,6 +62,13 @@ class StoredResponse:
 @attrs.frozen
 class GetStatistics:
     reply: ReplyChannel[BudgetStatistics]
+
+
+@attrs.frozen
+class Ping:
+    """Answers once the store's backend answers (a shared store: Redis is reachable)."""
+
+    reply: ReplyChannel[None]
 
 
 # The response store's mailbox.
@@ -110,6 +125,7 @@ ResponseStoreMessage = (
     | UnpinResponse
     | FindItem
     | GetStatistics
+    | Ping
 )
 
 
@@ -170,6 +186,7 @@ ConversationStoreMessage = (
     | RemoveConversationItem
     | DeleteConversation
     | GetStatistics
+    | Ping
 )
 
 
@@ -177,6 +194,13 @@ ConversationStoreMessage = (
 class _StoreHandle:
     _inbox: trio.MemorySendChannel[Any]
     _disabled_reason: str | None
+    shared: bool = False          # kept in Redis (reachable or not) rather than this process
+
+    async def ping(self) -> None:
+        """Raises StoreUnavailable unless a shared store's Redis answers now (a stored
+        create asks first, so that nothing is accepted that could not be kept)."""
+        if self.shared and self._disabled_reason is None:
+            await ask(self._inbox, Ping)
 
     def check_enabled(self) -> None:
         """Raises StoreDisabled when the store was configured off."""
@@ -337,8 +361,60 @@ class ConversationStoreHandle(_StoreHandle):
             conversation_id, encoded, created, reply))
 
 
+class Backend:
+    """Where the stores keep their entries: this process (the default) or a shared Redis."""
+
+    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
+                ) -> Entries:
+        return MemoryEntries(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
+
+
+@attrs.frozen
+class RedisBackend(Backend):
+    """Every store under `prefix` on one Redis (redis-py's sync client, used from worker
+    threads; its pool holds a connection per thread in use)."""
+
+    client: Any
+    prefix: str = "triode"
+
+    def ping(self) -> None:
+        """Raises StoreUnavailable unless Redis answers (blocking: call from a thread)."""
+        self.entries("ping", max_entries=0, max_bytes=0, ttl_secs=0).ping()
+
+    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
+                ) -> Entries:
+        return RedisEntries(self.client, f"{self.prefix}:{name}", max_entries=max_entries,
+                            max_bytes=max_bytes, ttl_secs=ttl_secs)
+
+
+MEMORY = Backend()
+# Redis calls give up after this long (then StoreUnavailable: a 503 with Retry-After).
+REDIS_TIMEOUT_SECS = 2.0
+
+
+def backend_for(store: str, prefix: str) -> Backend:
+    """`memory`, or a Redis URL (redis://, rediss://, unix://) and the key prefix."""
+    if store == "memory":
+        return MEMORY
+    import redis
+
+    client = redis.Redis.from_url(store, socket_timeout=REDIS_TIMEOUT_SECS,
+                                  socket_connect_timeout=REDIS_TIMEOUT_SECS,
+                                  health_check_interval=30, retry_on_timeout=False)
+    return RedisBackend(client, prefix)
+# A shared store's operations run in worker threads, this many at once per store.
+REDIS_THREADS = 8
+# How often a shared store drops expired entries (Redis frees their values by itself; this
+# keeps the counts and the byte budget current when nothing else touches the store).
+REDIS_SWEEP_SECS = 1.0
+
+# (the reply channel or None, the operation computing the answer)
+Operation = tuple["ReplyChannel[Any] | None", Callable[[], Any]]
+
+
 class _BudgetedStore:
     disabled_reason: str
+    name: str
 
     def __init__(
         self,
@@ -347,11 +423,32 @@ class _BudgetedStore:
         max_bytes: int,
         ttl_secs: float,
         clock: Callable[[], float] = trio.current_time,
+        backend: Backend = MEMORY,
     ) -> None:
-        self._entries = BudgetedMap(
-            max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs
-        )
+        self._entries = backend.entries(self.name, max_entries=max_entries,
+                                        max_bytes=max_bytes, ttl_secs=ttl_secs)
         self._clock = clock
+
+    def _now(self) -> float | None:
+        """The policy's clock: this process's, or (shared store) the Redis server's."""
+        return None if self._entries.blocking else self._clock()
+
+    async def _serve(self, inbox: trio.MemoryReceiveChannel[Any],
+                     operation: Callable[[Any], Operation]) -> None:
+        if self._entries.blocking:
+            await self._serve_concurrently(inbox, operation)
+            return
+        while True:
+            try:
+                msg = await self._next_message(inbox)
+            except trio.EndOfChannel:
+                return
+            if msg is not None:
+                reply, op = operation(msg)
+                if reply is None:
+                    op()
+                else:
+                    answer(reply, op)
 
     async def _next_message(self, inbox: trio.MemoryReceiveChannel[Any]) -> Any | None:
         """The next mailbox message; or None after sweeping, when the next entry expires
@@ -362,15 +459,32 @@ class _BudgetedStore:
         self._entries.sweep(self._clock())
         return None
 
-    async def _serve(self, inbox: trio.MemoryReceiveChannel[Any], handle: Callable[[Any], None]
-                     ) -> None:
-        while True:
-            try:
-                msg = await self._next_message(inbox)
-            except trio.EndOfChannel:
-                return
-            if msg is not None:
-                handle(msg)
+    async def _serve_concurrently(self, inbox: trio.MemoryReceiveChannel[Any],
+                                  operation: Callable[[Any], Operation]) -> None:
+        """A shared store: each message's operation is one atomic script call, run in a
+        worker thread; messages overlap (Redis orders them), replies go back as they come."""
+        limiter = trio.CapacityLimiter(REDIS_THREADS)
+
+        async def in_thread(op: Callable[[], Any]) -> Any:
+            return await trio.to_thread.run_sync(op, limiter=limiter)
+
+        async def run(reply: ReplyChannel[Any] | None, op: Callable[[], Any]) -> None:
+            result = await outcome.acapture(in_thread, op)
+            if reply is not None:
+                reply_with(reply, result)
+
+        async def sweep() -> None:
+            while True:
+                await trio.sleep(REDIS_SWEEP_SECS)
+                with contextlib.suppress(StoreUnavailable):
+                    await trio.to_thread.run_sync(self._entries.sweep, None, limiter=limiter)
+
+        async with trio.open_nursery() as nursery:
+            if self._entries.ttl_secs > 0:
+                nursery.start_soon(sweep)
+            async for msg in inbox:
+                nursery.start_soon(run, *operation(msg))
+            nursery.cancel_scope.cancel()
 
     @property
     def _disabled(self) -> str | None:
@@ -378,129 +492,86 @@ class _BudgetedStore:
 
 
 class ResponseStore(_BudgetedStore):
+    name = "responses"
     disabled_reason = "response storage is disabled (--responses-store-max-entries is 0)"
 
     def __init__(self, *, ephemeral_ttl_secs: float = 600, **budgets: Any) -> None:
         super().__init__(**budgets)
-        self._entries = BudgetedMap(max_entries=self._entries.max_entries,
-                                    max_bytes=self._entries.max_bytes,
-                                    ttl_secs=self._entries.ttl_secs, on_remove=self._forget)
         self._ephemeral_ttl = ephemeral_ttl_secs
-        # The item index, kept in step with the entries: item id → response id, and back.
-        self._item_owner: dict[str, str] = {}
-        self._items_of: dict[str, tuple[str, ...]] = {}
-
-    def _forget(self, response_id: Hashable) -> None:
-        for item_id in self._items_of.pop(str(response_id), ()):
-            if self._item_owner.get(item_id) == response_id:
-                del self._item_owner[item_id]
-
-    def _put(self, msg: PutResponse, now: float) -> bool:
-        kept = self._entries.put(msg.response_id, msg.stored, now, pinned=msg.pinned,
-                                 size=max(msg.stored.size, msg.reserve),
-                                 ttl_secs=self._ephemeral_ttl if msg.ephemeral else None)
-        if kept and msg.item_ids:
-            self._items_of[msg.response_id] = msg.item_ids
-            self._item_owner.update(dict.fromkeys(msg.item_ids, msg.response_id))
-        return kept
-
-    def _find_item(self, item_id: str, now: float) -> StoredResponse | None:
-        owner = self._item_owner.get(item_id)
-        if owner is None:
-            return None
-        stored: StoredResponse | None = self._entries.get(owner, now)
-        return stored
 
     async def run(
         self, *, task_status: trio.TaskStatus[ResponseStoreHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
         send, inbox = trio.open_memory_channel[ResponseStoreMessage](MAILBOX_SIZE)
-        task_status.started(ResponseStoreHandle(send, self._disabled))
-        await self._serve(inbox, self._handle)
+        task_status.started(ResponseStoreHandle(send, self._disabled, self._entries.blocking))
+        await self._serve(inbox, self._operation)
 
-    def _handle(self, msg: ResponseStoreMessage) -> None:
-        entries, now = self._entries, self._clock()
+    def _operation(self, msg: ResponseStoreMessage) -> Operation:
+        entries, now = self._entries, self._now()
         match msg:
             case PutResponse(reply=reply):
-                answer(reply, lambda: self._put(msg, now))
+                ttl = self._ephemeral_ttl if msg.ephemeral else None
+                return reply, lambda: entries.put(
+                    msg.response_id, [msg.stored.body, msg.stored.events], now,
+                    size=max(msg.stored.size, msg.reserve), pinned=msg.pinned, ttl_secs=ttl,
+                    index=msg.item_ids)
             case FindItem(item_id, reply):
-                answer(reply, lambda: self._find_item(item_id, now))
+                return reply, lambda: _stored(entries.find(item_id, now))
             case GetResponse(response_id, reply):
-                answer(reply, lambda: entries.get(response_id, now))
+                return reply, lambda: _stored(entries.get(response_id, now))
             case DeleteResponse(response_id, reply):
-                answer(reply, lambda: entries.delete(response_id, now))
+                return reply, lambda: entries.delete(response_id, now)
             case PinResponse(response_id, reply):
-                answer(reply, lambda: entries.pin(response_id, now))
+                return reply, lambda: entries.pin(response_id, now)
             case UnpinResponse(response_id, reply):
-                answer(reply, lambda: entries.unpin(response_id, now))
+                return reply, lambda: entries.unpin(response_id, now)
             case GetStatistics(reply):
-                answer(reply, entries.statistics)
+                return reply, entries.statistics
+            case Ping(reply):
+                return reply, entries.ping
+
+
+def _stored(values: list[bytes] | None) -> StoredResponse | None:
+    return None if values is None else StoredResponse(values[0], values[1])
 
 
 class ConversationStore(_BudgetedStore):
     """Each entry is a conversation's record, a list of compact JSON values (its object,
     then its items); its size is the length of that record as one JSON array."""
 
+    name = "conversations"
     disabled_reason = "conversation storage is disabled (--conversation-store-max-entries is 0)"
 
     async def run(
         self, *, task_status: trio.TaskStatus[ConversationStoreHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
         send, inbox = trio.open_memory_channel[ConversationStoreMessage](MAILBOX_SIZE)
-        task_status.started(ConversationStoreHandle(send, self._disabled))
-        await self._serve(inbox, self._handle)
+        task_status.started(ConversationStoreHandle(send, self._disabled,
+                                                    self._entries.blocking))
+        await self._serve(inbox, self._operation)
 
-    def _handle(self, msg: ConversationStoreMessage) -> None:
-        entries, now = self._entries, self._clock()
+    def _operation(self, msg: ConversationStoreMessage) -> Operation:
+        entries, now = self._entries, self._now()
         match msg:
             case PutConversation(conversation_id, record, reply):
-                size = _array_bytes(record)
-                answer(reply, lambda: entries.put(conversation_id, list(record), now, size=size))
+                return reply, lambda: entries.put(conversation_id, list(record), now,
+                                                  size=_array_bytes(record))
             case GetConversation(conversation_id, reply):
-                answer(reply, lambda: _snapshot(entries.get(conversation_id, now)))
-            case AppendConversation(reply=reply):
-                answer(reply, lambda: self._append(msg, now))
+                return reply, lambda: _snapshot(entries.get(conversation_id, now))
+            case AppendConversation(conversation_id, items, created, reply):
+                return reply, lambda: entries.append(
+                    conversation_id, items, now, size=sum(len(item) for item in items),
+                    first=created, create=created is not None)
             case ReplaceConversationObject(conversation_id, conversation, reply):
-                answer(reply, lambda: self._replace_object(conversation_id, conversation, now))
+                return reply, lambda: entries.set_first(conversation_id, conversation, now)
             case RemoveConversationItem(conversation_id, item, reply):
-                answer(reply, lambda: self._remove_item(conversation_id, item, now))
+                return reply, lambda: entries.remove_value(conversation_id, item, now)
             case DeleteConversation(conversation_id, reply):
-                answer(reply, lambda: entries.delete(conversation_id, now))
+                return reply, lambda: entries.delete(conversation_id, now)
             case GetStatistics(reply):
-                answer(reply, entries.statistics)
-
-    def _append(self, msg: AppendConversation, now: float) -> bool | None:
-        size = sum(len(item) for item in msg.items)
-        if self._entries.get(msg.conversation_id, now) is not None:
-            return self._entries.append(msg.conversation_id, msg.items, now, size=size)
-        if msg.created is None:
-            return None
-        return self._entries.append(msg.conversation_id, (msg.created, *msg.items), now,
-                                    size=len(msg.created) + size)
-
-    def _replace_object(self, conversation_id: str, conversation: bytes, now: float) -> bool:
-        record: list[bytes] | None = self._entries.get(conversation_id, now)
-        if record is None:
-            return False
-        growth = len(conversation) - len(record[0])
-        record[0] = conversation
-        return self._resized(conversation_id, growth, now)
-
-    def _remove_item(self, conversation_id: str, item: bytes, now: float) -> bool:
-        record: list[bytes] | None = self._entries.get(conversation_id, now)
-        if record is None:
-            return False
-        try:
-            del record[record.index(item, 1)]
-        except ValueError:
-            return False
-        return self._resized(conversation_id, -(len(item) + len(",")), now)
-
-    def _resized(self, conversation_id: str, growth: int, now: float) -> bool:
-        """Accounts for a record changed in place by `growth` bytes (negative: it shrank),
-        keeping its age, as an append of no items does; returns whether it is retained (one
-        that outgrew the byte budget is dropped, as a transcript is)."""
-        return self._entries.append(conversation_id, (), now, size=growth)
+                return reply, entries.statistics
+            case Ping(reply):
+                return reply, entries.ping
 
 
 def _array_bytes(values: tuple[bytes, ...]) -> int:
@@ -556,25 +627,41 @@ class ReasoningEchoHandle:
         return await ask(self._inbox, GetStatistics)
 
 
-class ReasoningEchoStore:
-    def __init__(self, *, max_bytes: int, clock: Callable[[], float] = trio.current_time):
-        self._entries = BudgetedMap(max_entries=ECHO_MAX_ENTRIES if max_bytes else 0,
-                                    max_bytes=max_bytes, ttl_secs=0)
-        self._clock = clock
+class ReasoningEchoStore(_BudgetedStore):
+    name = "reasoning-echo"
+    disabled_reason = "the reasoning echo is disabled (its byte budget is 0)"
+
+    def __init__(self, *, max_bytes: int, clock: Callable[[], float] = trio.current_time,
+                 backend: Backend = MEMORY):
+        super().__init__(max_entries=ECHO_MAX_ENTRIES if max_bytes else 0, max_bytes=max_bytes,
+                         ttl_secs=0, clock=clock, backend=backend)
 
     async def run(
         self, *, task_status: trio.TaskStatus[ReasoningEchoHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        entries = self._entries
         send, inbox = trio.open_memory_channel[ReasoningEchoMessage](MAILBOX_SIZE)
-        task_status.started(ReasoningEchoHandle(send, entries.max_entries > 0))
-        async for msg in inbox:
-            now = self._clock()
-            match msg:
-                case RememberReasoning(turns):
+        task_status.started(ReasoningEchoHandle(send, self._entries.max_entries > 0))
+        await self._serve(inbox, self._operation)
+
+    def _operation(self, msg: ReasoningEchoMessage) -> Operation:
+        entries, now = self._entries, self._now()
+        match msg:
+            case RememberReasoning(turns):
+                def remember() -> None:
                     for key, text in turns:
-                        entries.put(key, text, now, size=len(text.encode()) + len(key))
-                case RecallReasoning(keys, reply):
-                    answer(reply, lambda: [entries.get(k, now) for k in keys])
-                case GetStatistics(reply):
-                    answer(reply, entries.statistics)
+                        encoded = text.encode()
+                        entries.put(_echo_key(key), [encoded], now,
+                                    size=len(encoded) + len(key))
+                return None, remember
+            case RecallReasoning(keys, reply):
+                def recall() -> list[str | None]:
+                    found = [entries.get(_echo_key(k), now) for k in keys]
+                    return [None if f is None else f[0].decode() for f in found]
+                return reply, recall
+            case GetStatistics(reply):
+                return reply, entries.statistics
+
+
+def _echo_key(key: str) -> str:
+    """Turn keys are whole assistant turns: a fixed-size digest names them."""
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()

@@ -61,6 +61,7 @@ class Supervisor:
         self._done = trio.Event()
         self._scope = trio.CancelScope()
         self._cancel_requested = False
+        self._shutdown_reason: str | None = None
         self._admitted = False
         self._task_status: trio.TaskStatus[SupervisorHandle] = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
@@ -120,7 +121,7 @@ class Supervisor:
 
     async def _end(self) -> None:
         try:
-            if not is_terminal(self.status):  # cancelled from outside (shutdown)
+            if not is_terminal(self.status):  # the actor tree stopped under it (not drained)
                 self._move(Event.CANCEL)
                 self.builder.cancel(self._usage())
             # Store before announcing the end: whoever saw the terminal state can GET it.
@@ -193,14 +194,25 @@ class Supervisor:
         self.builder.fail(code, message, self._usage())
 
     def _finish_cancelled(self) -> None:
+        if self._shutdown_reason is not None:
+            self._fail("server_error", self._shutdown_reason)
+            return
         if not self._cancel_requested:
             raise RuntimeError("supervisor scope cancelled without a cancel request")
         self._move(Event.CANCEL)
         self.builder.cancel(self._usage())
 
     def cancel(self) -> None:
-        if not is_terminal(self.status):
+        if not is_terminal(self.status) and self._shutdown_reason is None:
             self._cancel_requested = True
+            self._scope.cancel()
+
+    def shut_down(self, reason: str) -> None:
+        """Ends the response now as `failed` with `reason` (the server is shutting down): it
+        is stored, and its stream gets `response.failed`. A cancel asked for first stays a
+        cancel."""
+        if not is_terminal(self.status) and not self._cancel_requested:
+            self._shutdown_reason = reason
             self._scope.cancel()
 
 
@@ -251,6 +263,9 @@ class SupervisorHandle:
 
     def cancel(self) -> None:
         self._sup.cancel()
+
+    def shut_down(self, reason: str) -> None:
+        self._sup.shut_down(reason)
 
     async def wait(self) -> dict[str, Any]:
         await self._sup.wait_done()

@@ -4,26 +4,29 @@ Under `triode serve` the actor tree is started first (`system.start_actors`, fro
 hands its handles in. Under plain hypercorn (`hypercorn --worker-class trio
 'triode.http.app:create_app()'`) there are no handles yet: the app then starts the same actor
 tree (the same `system.start_actors`) in its own lifespan nursery, with settings read from the
-environment. Everything here is transport: auth, body limits, error rendering; the routes are
-in routes.py and monitoring.py.
+environment. Everything here is transport: auth, body limits, error rendering, the access log
+(access.py, outermost); the routes are in routes.py and monitoring.py.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import os
+import sys
 
 from quart import Response, request
 from quart import websocket as upgrade_request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from ..errors import APIError, InvalidRequest, ServerError, Unauthorized
+from ..errors import APIError, InvalidRequest, ServerError, SettingsError, Unauthorized
 from ..settings import resolve
-from ..system import Handles, start_actors
+from ..system import Handles, start_actors, startup_error
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
+from .access import AccessLog, record_route
 from .body import MAX_BODY_BYTES, json_response
 from .guard import ConnectionGuard
 from .routes import api
@@ -33,19 +36,44 @@ log = logging.getLogger(__name__)
 OPEN_PATHS = ("/health", "/v1/health")
 
 
-def create_app(handles: Handles | None = None) -> QuartTrio:
+def create_app(handles: Handles | None = None, *, access_log: bool = True) -> QuartTrio:
+    """`access_log`: whether each request is logged (`--access-log`); under plain hypercorn
+    the lifespan reads it from the environment with the other settings."""
     app = QuartTrio(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["TRIODE_HANDLES"] = handles
     app.register_blueprint(api)
     # Quart's documented way to add ASGI middleware; its typed signature is the ASGI union.
-    app.asgi_app = ConnectionGuard(  # type: ignore[method-assign,assignment]
-        app.asgi_app, max_body_bytes=MAX_BODY_BYTES)
+    access = AccessLog(ConnectionGuard(app.asgi_app, max_body_bytes=MAX_BODY_BYTES),
+                       enabled=access_log)
+    app.asgi_app = access  # type: ignore[method-assign,assignment]
+    app.config["TRIODE_ACCESS"] = access   # its figures, for /metrics
 
     if handles is None:
         @app.before_serving
         async def start_actor_tree() -> None:
-            app.config["TRIODE_HANDLES"] = await app.nursery.start(start_actors, resolve())
+            try:
+                settings = resolve()
+                access.enabled = settings.access_log == "on"
+                app.config["TRIODE_HANDLES"] = await app.nursery.start(start_actors, settings)
+            except (SettingsError, BaseExceptionGroup) as exc:
+                error = startup_error(exc)
+                if error is None:
+                    raise
+                # One line and a non-zero exit, as `triode serve` does; raising would print
+                # Quart's and hypercorn's tracebacks, and hypercorn would print "Running on".
+                print(f"triode: {error}", file=sys.stderr, flush=True)
+                os._exit(1)
+
+    @app.before_request
+    async def note_route() -> None:
+        """Runs first, so a refused request (401, 404, 405) is counted by route too."""
+        record_route(request.scope, request.url_rule.rule if request.url_rule else None)
+
+    @app.before_websocket
+    async def note_websocket_route() -> None:
+        record_route(upgrade_request.scope,
+                     upgrade_request.url_rule.rule if upgrade_request.url_rule else None)
 
     def check_key(given: str) -> None:
         key = app.config["TRIODE_HANDLES"].api_key
@@ -65,7 +93,9 @@ def create_app(handles: Handles | None = None) -> QuartTrio:
 
     @app.errorhandler(APIError)
     async def api_error(exc: APIError) -> Response:
-        return json_response(exc.body(), exc.status)
+        response = json_response(exc.body(), exc.status)
+        response.headers.update(exc.headers())
+        return response
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

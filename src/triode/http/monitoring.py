@@ -1,14 +1,38 @@
 """Monitoring routes: `/health` (liveness and every actor's statistics, as JSON) and
-`/metrics` (the same figures in Prometheus text format)."""
+`/metrics` (the same figures, and the HTTP ones, in Prometheus' text format).
+
+Each scrape asks every actor for its `statistics()` and renders them with prometheus_client's
+metric families: the actors stay the owners of their figures, and no second copy of them is
+kept here. Names follow Prometheus' conventions: a counter ends in `_total`, a unit is
+spelled out (`_seconds`, `_bytes`, `_tokens`), a capacity is a gauge of its own, and one
+quantity split by a cause is one metric with a label (docs/observability.md lists them).
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import attrs
 import trio
-from quart import Response
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily,
+                                            HistogramMetricFamily, Metric)
+from prometheus_client.process_collector import ProcessCollector
+from quart import Response, current_app
 
+from ..actors.budget import BudgetStatistics
+from ..actors.messages import HistogramStatistics, ModelStatistics
+from ..actors.registry import RegistryStatistics
+from ..errors import StoreUnavailable
+from ..system import Handles
+from .access import AccessLog
 from .body import json_response
 from .routes import handles, route
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The process' CPU seconds, resident memory and open files (Linux /proc; nothing elsewhere).
+PROCESS = ProcessCollector(registry=None)
+EVICTION_REASONS = ("ttl", "lru", "bytes", "oversize")   # Evictions' fields but `deleted`
 
 
 @route("/health", methods=["GET"])
@@ -16,12 +40,17 @@ async def health() -> Response:
     h = handles()
     model = await h.model.statistics()
     registry = await h.registry.statistics()
-    stores = {name: attrs.asdict(await store.statistics())
-              for name, store in (("responses", h.responses), ("conversations", h.conversations),
-                                  ("reasoning_echo", h.echo))}
+    reachable = await reachable_store_statistics(h)
+    stores = {name: None if st is None else attrs.asdict(st) for name, st in reachable.items()}
+    store_up = all(st is not None for st in reachable.values())
+    ready = model.engine_alive and store_up
+    # 503 when not ready (the engine is down, or the shared store cannot be reached): a
+    # readiness probe fails; the body still reports everything else.
     return json_response({
-        "status": "ok" if model.engine_alive else "degraded",
+        "status": "ok" if ready else "degraded",
+        "store": {"kind": "redis" if h.responses.shared else "memory", "reachable": store_up},
         "model": h.model_names[0],
+        "context_window": h.model.info.context_length,
         "blas": h.blas,
         "blas_threads": h.model.info.blas_threads,
         "engine_alive": model.engine_alive,
@@ -39,7 +68,26 @@ async def health() -> Response:
                       "background_max_jobs": registry.background_max_jobs},
         "tasks": count_tasks(),
         "stores": stores,
-    })
+    }, 200 if ready else 503)
+
+
+async def store_statistics(h: Handles) -> dict[str, BudgetStatistics]:
+    return {"responses": await h.responses.statistics(),
+            "conversations": await h.conversations.statistics(),
+            "reasoning_echo": await h.echo.statistics()}
+
+
+async def reachable_store_statistics(h: Handles) -> dict[str, BudgetStatistics | None]:
+    """Each store's statistics, None for a store that cannot be reached (Redis down): a
+    scrape still reports everything else, and `triode_store_up` says which one is down."""
+    stats: dict[str, BudgetStatistics | None] = {}
+    for name, store in (("responses", h.responses), ("conversations", h.conversations),
+                        ("reasoning_echo", h.echo)):
+        try:
+            stats[name] = await store.statistics()
+        except StoreUnavailable:
+            stats[name] = None
+    return stats
 
 
 def count_tasks() -> int:
@@ -56,36 +104,178 @@ def count_tasks() -> int:
 @route("/metrics", methods=["GET"])
 async def metrics() -> Response:
     h = handles()
-    model = await h.model.statistics()
-    registry = await h.registry.statistics()
-    rows = [
-        ("triode_slots_total", "gauge", "generation slots", model.slots_total),
-        ("triode_slots_busy", "gauge", "generation slots in use", model.slots_busy),
-        ("triode_queue_depth", "gauge", "requests waiting for a slot", model.queue_depth),
-        ("triode_engine_alive", "gauge", "1 while the engine thread runs", int(model.engine_alive)),
-        ("triode_engine_restarts_total", "counter", "fresh engines started after a failure",
-         model.engine_restarts),
-        ("triode_engine_steps_total", "counter", "engine steps with output", model.steps),
-        ("triode_generated_tokens_total", "counter", "tokens generated", model.tokens_generated),
-        ("triode_requests_admitted_total", "counter", "requests given a slot",
-         model.requests_admitted),
-        ("triode_requests_rejected_total", "counter", "requests refused with 503",
-         model.requests_rejected),
-        ("triode_responses_live", "gauge", "responses with a live supervisor", registry.live),
-        ("triode_background_jobs", "gauge", "active background responses",
-         registry.background_jobs),
+    access: AccessLog = current_app.config["TRIODE_ACCESS"]
+    families = [
+        *model_metrics(h, await h.model.statistics()),
+        *registry_metrics(await h.registry.statistics()),
+        *store_metrics(await reachable_store_statistics(h)),
+        *http_metrics(access),
+        gauge("triode_tasks", "trio tasks the process runs", count_tasks()),
     ]
-    for name, store in (("responses", h.responses), ("conversations", h.conversations)):
-        st = await store.statistics()
-        rows += [
-            (f"triode_{name}_store_entries", "gauge", f"entries in the {name} store", st.entries),
-            (f"triode_{name}_store_bytes", "gauge", f"retained JSON bytes in the {name} store",
-             st.bytes),
-        ]
-        rows += [(f"triode_{name}_store_evictions_{cause}_total", "counter",
-                  f"{name} store evictions by {cause}", count)
-                 for cause, count in attrs.asdict(st.evictions).items()]
-    lines = []
-    for name, kind, help_, value in rows:
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {value}"]
-    return Response("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")
+    return Response(generate_latest(Families([*families, *PROCESS.collect()])),
+                    content_type=CONTENT_TYPE)
+
+
+@attrs.frozen
+class Families:
+    """The registry `generate_latest` renders: this scrape's families, collected once."""
+
+    families: list[Metric]
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_, value=value)
+
+
+def counter(name: str, help_: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, help_, value=value)
+
+
+def labelled(family: GaugeMetricFamily | CounterMetricFamily,
+             rows: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily | CounterMetricFamily:
+    for labels, value in rows:
+        family.add_metric(labels, value)
+    return family
+
+
+def histogram_buckets(st: HistogramStatistics) -> list[tuple[str, float]]:
+    return [*((repr(float(bound)), n) for bound, n in zip(st.bounds, st.cumulative)),
+            ("+Inf", st.count)]
+
+
+def histogram(name: str, help_: str, st: HistogramStatistics) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, help_, buckets=histogram_buckets(st), sum_value=st.sum)
+
+
+def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
+    info = h.model.info
+    gen = model.generation
+    cache = model.prompt_cache
+    model_info = GaugeMetricFamily("triode_model_info", "the model served (always 1)",
+                                   labels=["model", "path", "blas"])
+    model_info.add_metric([h.model_names[0], info.path, h.blas], 1)
+    families: list[Metric] = [
+        model_info,
+        gauge("triode_context_window_tokens", "the model's context window",
+              info.context_length),
+        gauge("triode_slots_capacity", "generation slots (--parallel)", model.slots_total),
+        gauge("triode_slots_busy", "generation slots in use", model.slots_busy),
+        gauge("triode_queue_depth", "requests waiting for a slot", model.queue_depth),
+        gauge("triode_queue_capacity", "requests that may wait for a slot (--max-queue)",
+              model.queue_max),
+        gauge("triode_rendering", "chat templates being rendered (or waiting to be)",
+              model.rendering),
+        gauge("triode_engine_alive", "1 while the engine thread runs", int(model.engine_alive)),
+        counter("triode_engine_restarts_total", "fresh engines started after a failure",
+                model.engine_restarts),
+        counter("triode_engine_steps_total", "engine steps with output", model.steps),
+        counter("triode_requests_admitted_total", "generation requests given a slot",
+                model.requests_admitted),
+        counter("triode_requests_rejected_total",
+                "generation requests refused with 503 (queue full)", model.requests_rejected),
+        counter("triode_sequences_started_total", "sequences that reached their first token",
+                gen.started),
+        counter("triode_prompt_tokens_total", "prompt tokens of started sequences (cached "
+                "ones included)", gen.prompt_tokens),
+        counter("triode_cached_prompt_tokens_total",
+                "prompt tokens the prompt cache supplied (not prefilled)", cache.cached_tokens),
+        counter("triode_generated_tokens_total", "tokens generated", model.tokens_generated),
+        labelled(CounterMetricFamily("triode_sequences_finished_total",
+                                     "sequences by how they ended", labels=["outcome"]),
+                 (([outcome], n) for outcome, n in gen.outcomes.items())),
+        histogram("triode_queue_wait_seconds", "from asking for a slot to getting one",
+                  gen.queue_wait),
+        histogram("triode_time_to_first_token_seconds",
+                  "from asking for a slot to the first token (queue wait and prefill)",
+                  gen.time_to_first_token),
+        histogram("triode_time_per_output_token_seconds",
+                  "per token after the first, of each finished sequence",
+                  gen.time_per_output_token),
+        histogram("triode_generation_duration_seconds",
+                  "from asking for a slot to the last token, of each finished sequence",
+                  gen.duration),
+        gauge("triode_prompt_cache_capacity_bytes", "prompt cache budget "
+              "(--prompt-cache-bytes; 0: off)", cache.max_bytes),
+        gauge("triode_prompt_cache_bytes", "bytes of KV cache kept for reuse", cache.bytes),
+        gauge("triode_prompt_cache_entries", "sequences kept in the prompt cache",
+              cache.entries),
+        counter("triode_prompt_cache_hits_total",
+                "sequences whose prefill started from a cached prefix", cache.hits),
+    ]
+    if info.blas_threads is not None:
+        families.append(gauge("triode_blas_threads", "MKL's thread cap", info.blas_threads))
+    return families
+
+
+def registry_metrics(registry: RegistryStatistics) -> list[Metric]:
+    return [
+        gauge("triode_responses_live", "responses with a live supervisor", registry.live),
+        counter("triode_responses_started_total", "responses started (supervisors)",
+                registry.started),
+        gauge("triode_background_jobs", "active background responses",
+              registry.background_jobs),
+        gauge("triode_background_jobs_capacity",
+              "active background responses allowed (--responses-background-max-jobs)",
+              registry.background_max_jobs),
+    ]
+
+
+def store_metrics(reached: dict[str, BudgetStatistics | None]) -> list[Metric]:
+    stores = {name: st for name, st in reached.items() if st is not None}
+
+    def per_store(family: GaugeMetricFamily | CounterMetricFamily, field: str) -> Metric:
+        return labelled(family, (([name], getattr(st, field)) for name, st in stores.items()))
+
+    store = ["store"]
+    return [
+        labelled(GaugeMetricFamily("triode_store_up", "1 while the store answers (0: its "
+                                   "Redis cannot be reached)", labels=store),
+                 (([name], int(st is not None)) for name, st in reached.items())),
+        per_store(GaugeMetricFamily("triode_store_entries", "entries kept", labels=store),
+                  "entries"),
+        per_store(GaugeMetricFamily("triode_store_bytes", "retained JSON bytes",
+                                    labels=store), "bytes"),
+        per_store(GaugeMetricFamily("triode_store_pinned_entries",
+                                    "entries of running background jobs (outside TTL and LRU)",
+                                    labels=store), "pinned_entries"),
+        per_store(GaugeMetricFamily("triode_store_pinned_bytes",
+                                    "bytes reserved by running background jobs", labels=store),
+                  "pinned_bytes"),
+        per_store(GaugeMetricFamily("triode_store_capacity_entries", "entry budget",
+                                    labels=store), "max_entries"),
+        per_store(GaugeMetricFamily("triode_store_capacity_bytes", "byte budget",
+                                    labels=store), "max_bytes"),
+        labelled(CounterMetricFamily("triode_store_evictions_total",
+                                     "entries the store dropped, by reason",
+                                     labels=["store", "reason"]),
+                 (([name, reason], getattr(st.evictions, reason))
+                  for name, st in stores.items() for reason in EVICTION_REASONS)),
+        labelled(CounterMetricFamily("triode_store_deletions_total",
+                                     "entries deleted on request", labels=store),
+                 (([name], st.evictions.deleted) for name, st in stores.items())),
+    ]
+
+
+def http_metrics(access: AccessLog) -> list[Metric]:
+    st = access.statistics()
+    durations = HistogramMetricFamily(
+        "triode_http_request_duration_seconds",
+        "from a request's arrival to its response's last byte (a stream's end), WebSockets "
+        "aside", labels=["method", "route"])
+    for (method, route_), hist in sorted(st.durations.items()):
+        durations.add_metric([method, route_], histogram_buckets(hist), hist.sum)
+    return [
+        labelled(CounterMetricFamily("triode_http_requests_total",
+                                     "requests answered (a WebSocket: 101 when accepted), by "
+                                     "route template and status",
+                                     labels=["method", "route", "status"]),
+                 (([method, route_, status], n)
+                  for (method, route_, status), n in sorted(st.requests.items()))),
+        durations,
+        gauge("triode_http_requests_in_flight", "requests (and WebSockets) being answered",
+              st.in_flight),
+    ]
+

@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
-from ..actors.supervisor import SupervisorHandle
+from ..service.remote import LiveResponse
 from ..errors import InvalidRequest, NotFound
 from ..responses.conversations import Paging, page
 from ..responses.convert import structure
@@ -168,7 +168,7 @@ def model_object() -> dict[str, Any]:
 
 # ---- SSE ------------------------------------------------------------------------------------
 
-async def stream_response(handle: SupervisorHandle, starting_after: int = -1, *,
+async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
                           cancel_on_disconnect: bool = True) -> Response:
     """Streams a live response's events; the creating stream's disconnect cancels it."""
     turns = handles().turns

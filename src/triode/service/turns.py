@@ -25,12 +25,14 @@ from typing import Any, Callable
 import attrs
 import trio
 
+from ..actors.jobs import JobBoardHandle
 from ..actors.model import ModelHandle
 from ..actors.registry import RegistryHandle
 from ..actors.store import (ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle,
                             StoredResponse)
 from ..actors.supervisor import Keeper, PrepareLater, Supervisor, SupervisorHandle
-from ..errors import ContextLengthExceeded, InvalidRequest, NotFound, RateLimited, StoreDisabled
+from ..errors import (ContextLengthExceeded, InvalidRequest, NotFound, RateLimited,
+                      StoreDisabled, StoreUnavailable)
 from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
@@ -43,10 +45,15 @@ from ..responses.convert import structure
 from ..responses.wire import (CompactRequest, CreateResponse, InputItem, ItemList,
                               ItemReference)
 from . import compactor
+from .remote import ORPHANED, TERMINAL_STATUSES, LiveResponse, RemoteJob
 
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT = 5.0
+# A response finished while its shared store is down: how long `keep` retries (the
+# supervisor gives it at most TERMINAL_HOOK_TIMEOUT, 5 s).
+KEEP_RETRY_SECS = 4.0
+KEEP_RETRY_INTERVAL = 0.5
 LOCAL_RESPONSES = 64   # responses one connection remembers (LRU) for previous_response_id
 
 
@@ -64,8 +71,10 @@ class Turns:
     def __init__(self, *, model: ModelHandle, registry: RegistryHandle,
                  responses: ResponseStoreHandle, conversations: ConversationStoreHandle,
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
-                 hosted_tools: str = "ignore", background_off: str | None = None):
-        """`background_off`: why background mode is off (one of its budgets is 0), if so."""
+                 hosted_tools: str = "ignore", background_off: str | None = None,
+                 board: JobBoardHandle | None = None):
+        """`background_off`: why background mode is off (one of its budgets is 0), if so.
+        `board`: the job board of a shared store (background jobs across processes)."""
         self._model = model
         self._registry = registry
         self._responses = responses
@@ -74,6 +83,7 @@ class Turns:
         self.model_names = model_names
         self._hosted_tools = hosted_tools
         self._background_off = background_off
+        self._board = board
 
     # ---- create ------------------------------------------------------------------------
 
@@ -87,6 +97,10 @@ class Turns:
             raise InvalidRequest(f"background mode is off: {self._background_off}",
                                  param="background")
         plan, rendered = await self.prepare(req, local=local)
+        if plan.store or req.background:   # a shared store that is down: 503 before any work
+            await self._responses.ping()
+        if plan.conversation is not None:
+            await self._conversations.ping()
         if plan.dropped_tools:
             log.warning("dropped hosted tools this server cannot run: %s",
                         ", ".join(plan.dropped_tools))
@@ -237,11 +251,13 @@ class Turns:
 
     async def _check_finished(self, response_id: str) -> None:
         """A response still running cannot be continued yet."""
-        live = await self._registry.lookup(response_id)
+        live: LiveResponse | None = await self._registry.lookup(response_id)
+        if live is None or live.done:
+            live = await self._remote(response_id)
         if live is not None and not live.done:
-            raise InvalidRequest(
-                f"previous response '{response_id}' has not finished (status: {live.status})",
-                param="previous_response_id")
+            raise InvalidRequest(f"previous response '{response_id}' has not finished "
+                                 f"(status: {live.polled()['status']})",
+                                 param="previous_response_id")
 
     async def _restore_reasoning(self, messages: list[dict[str, Any]]) -> None:
         """Assistant turns sent back without their reasoning get the reasoning triode
@@ -275,6 +291,9 @@ class Turns:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 await self._responses.delete(response_id)
             raise
+        if self._board is not None:   # other processes on the store can follow and cancel it
+            await self._board.claim(response_id)
+            await self._board.mirror(handle)
         return handle
 
     # ---- counting and compacting -------------------------------------------------------
@@ -325,9 +344,26 @@ class Turns:
 
     async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
                    ) -> None:
-        """At a response's end: store it (store: true, or any background job, whose final
-        object replaces its pinned entry); then, if it finished, extend its conversation,
-        if any, and remember the reasoning of the turn it returned."""
+        """At a response's end: store it (see `_keep`). A shared store that went down since
+        the create was accepted is retried for KEEP_RETRY_SECS, then the loss is logged."""
+        deadline = trio.current_time() + KEEP_RETRY_SECS
+        while True:
+            try:
+                await self._keep(plan, obj, events)
+                return
+            except StoreUnavailable as exc:
+                if trio.current_time() >= deadline:
+                    log.error("response %s was not stored: %s", obj["id"], exc.message)
+                    return
+                log.warning("response %s: store unavailable, retrying: %s", obj["id"],
+                            exc.message)
+                await trio.sleep(KEEP_RETRY_INTERVAL)
+
+    async def _keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+                    ) -> None:
+        """Store it (store: true, or any background job, whose final object replaces its
+        pinned entry); then, if it finished, extend its conversation, if any, and remember
+        the reasoning of the turn it returned."""
         if obj.get("background"):
             obj = await self._keep_job(plan, obj, events)
         elif plan.store:
@@ -362,14 +398,54 @@ class Turns:
 
     # ---- reading, cancelling, deleting -------------------------------------------------
 
-    async def live(self, response_id: str) -> SupervisorHandle | None:
+    async def live(self, response_id: str) -> LiveResponse | None:
         """A response still running whose state is readable while it runs (a background
-        job, or a stored one), else None."""
+        job, or a stored one; with a shared store also a job another process runs), else
+        None."""
         live = await self._registry.lookup(response_id)
         if live is not None and (live.background or live.snapshot.get("store")) \
                 and not live.done:
             return live
-        return None
+        return await self._remote(response_id)
+
+    async def _remote(self, response_id: str) -> RemoteJob | None:
+        """A background job another process on the shared store is running, if it is one."""
+        if self._board is None:
+            return None
+        record = await self._responses.get(response_id)
+        if record is None or record["response"].get("status") in TERMINAL_STATUSES \
+                or not record["response"].get("background"):
+            return None
+        owner = await self._board.owner(response_id)
+        if owner is None or owner == self._board.worker_id:
+            return None
+        return RemoteJob(self._board, record, await self._board.events(response_id),
+                         functools.partial(self._responses.get, response_id))
+
+    async def reap(self) -> None:
+        """Stores the jobs of processes that stopped (their lease ran out) as failed."""
+        if self._board is None:
+            return
+        async for response_id in self._board.orphans:
+            with contextlib.suppress(StoreUnavailable):
+                await self._fail_orphan(response_id)
+
+    async def _fail_orphan(self, response_id: str) -> None:
+        record = await self._responses.get(response_id)
+        if record is None or record["response"].get("status") in TERMINAL_STATUSES:
+            return
+        failed = {**record["response"], "status": "failed", "output": [],
+                  "error": {"code": "server_error", "message": ORPHANED}}
+        assert self._board is not None
+        events = [e for _, e in await self._board.events(response_id)]
+        closing = {"type": "response.failed",
+                   "sequence_number": events[-1]["sequence_number"] + 1 if events else 0,
+                   "response": failed}
+        await self._responses.put(response_id, {**record, "response": failed},
+                                  [*events, closing],
+                                  ephemeral=record["response"].get("store") is False)
+        await self._board.add_event(response_id, closing)
+        log.warning("background response %s failed: %s", response_id, ORPHANED)
 
     async def stored(self, response_id: str) -> dict[str, Any]:
         """A stored response's record; 404 when there is none."""
@@ -391,28 +467,36 @@ class Turns:
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancels a live response and returns what a GET now returns; a finished one is
-        returned unchanged."""
+        returned unchanged. A job another process runs is cancelled by its owner (asked
+        through the job board); this waits for it to end there."""
         self._responses.check_enabled()
         live = await self._registry.cancel(response_id)
         if live is not None:
             obj = await live.wait()
             if not (obj.get("store") or live.background):
                 return obj
+        elif (remote := await self._remote(response_id)) is not None:
+            assert self._board is not None
+            await self._board.request_cancel(response_id)
+            with trio.move_on_after(CANCEL_TIMEOUT):
+                await remote.wait()
         return dict((await self.stored(response_id))["response"])
 
     async def delete(self, response_id: str) -> None:
         """Deletes a stored response; an unfinished background job must be cancelled first."""
         self._responses.check_enabled()
-        live = await self._registry.lookup(response_id)
+        live: LiveResponse | None = await self._registry.lookup(response_id)
+        if live is None or live.done:
+            live = await self._remote(response_id)
         if live is not None and live.background and not live.done:
             raise InvalidRequest(f"background response '{response_id}' has not finished "
-                                 f"(status: {live.status}); cancel it before deleting it",
-                                 param="response_id")
+                                 f"(status: {live.polled()['status']}); cancel it before "
+                                 "deleting it", param="response_id")
         if not await self._responses.delete(response_id):
             raise NotFound(f"No response found with id '{response_id}'.",
                            param="response_id")
 
-    async def abandon(self, handle: SupervisorHandle) -> None:
+    async def abandon(self, handle: LiveResponse) -> None:
         """A client that went away (disconnect, cancelled request) cancels its live
         response."""
         if not handle.done:
