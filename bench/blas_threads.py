@@ -61,7 +61,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="triode-blas-") as scratch:
         for label, path in throughput.resolve_models(args.model or ["bundled", "random"],
                                                      Path(scratch)):
-            model, _ = load(str(path))
+            model, _ = load(str(path), trust_remote_code=True)
             hidden = getattr(model.args, "hidden_size", None)
             default = blas.set_threads(0)
             print(f"\n### {label} ({throughput.parameter_count(path) / 1e6:.1f}M parameters, "

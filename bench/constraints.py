@@ -97,7 +97,7 @@ def main() -> None:
 
     if args.model is None and not (BUNDLED_PATH / "config.json").exists():
         raise SystemExit(f"no trained weights in {BUNDLED_PATH} yet: pass --model PATH")
-    model, tokenizer = load(args.model or str(BUNDLED_PATH))
+    model, tokenizer = load(args.model or str(BUNDLED_PATH), trust_remote_code=True)
     vocab = model.args.vocab_size
     print(f"model {args.model or 'bundled'}: vocab {vocab}")
 

@@ -132,7 +132,7 @@ class Result:
 def load_model(model_dir: Path):
     from mlx_lm import load
 
-    return load(str(model_dir))
+    return load(str(model_dir), trust_remote_code=True)   # the bundled sliding_qwen3.py
 
 
 def encode(tokenizer, prompt: str) -> list[int]:
@@ -347,7 +347,8 @@ def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator
            # Its BatchGenerator's sizes, set as triode's engine sets them.
            "--decode-concurrency", str(concurrency),
            "--prompt-concurrency", str(min(concurrency, 8)),
-           "--log-level", "WARNING"]
+           "--log-level", "WARNING",
+           "--trust-remote-code"]   # the bundled model's architecture file, sliding_qwen3.py
     with child_process(cmd, env=env, log_path=log_path) as proc:
         base = f"http://127.0.0.1:{port}"
         wait_for_health(proc, log_path, base + "/health")

@@ -11,9 +11,14 @@ Determinism: one `random.Random(seed)` drives everything; no set iteration anywh
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import random
+import re
 import string
+import sysconfig
+from pathlib import Path
 from typing import Any
 
 # Words the generator may use. The held-out "unseen words" set (see HELDOUT_WORDS) is checked
@@ -359,3 +364,228 @@ def tools_example(rng: random.Random) -> dict:
     if rng.random() < TOOLS_STAGE_SHARE:
         return conversation(rng, family=rng.choice(("tool", "tool", "tool_result")))
     return finetune_example(rng)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fourth (agent) stage: prompts shaped like the ones coding agents send (Codex CLI, the
+# Agents SDK): long instructions, many tools with long descriptions, context messages between
+# the turns, and tool output wrapped in headers. The model attends to a sliding window (see
+# src/triode/model/tiny/sliding_qwen3.py), so what it must learn is to answer the last request
+# whatever text fills the window before it. The filler is real English: paragraphs of the
+# Python standard library's docstrings (read with `ast`, files sorted: deterministic for a
+# given Python version), arranged as the blocks such prompts are made of.
+
+
+@functools.lru_cache(maxsize=1)
+def docstring_paragraphs() -> tuple[str, ...]:
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "test", "tests"}
+    out = []
+    for path in sorted(lib.rglob("*.py")):
+        if skip & set(path.parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef,
+                                     ast.AsyncFunctionDef)):
+                continue
+            doc = ast.get_docstring(node)
+            for p in re.split(r"\n\s*\n", doc or ""):
+                p = " ".join(p.split())
+                if p.isascii() and 12 <= len(p.split()) <= 120 and not p.startswith(">>>"):
+                    out.append(p)
+    return tuple(out)
+
+
+TAGS = ("environment_context", "permissions", "instructions", "user_instructions", "context",
+        "skills", "notes", "cwd", "shell", "sandbox", "approval_policy", "project_doc")
+
+
+class Filler:
+    """Blocks of instruction-like text: prose, markdown sections and lists, tagged blocks,
+    `key: value` lines, code fences."""
+
+    def __init__(self, rng: random.Random, words: Words):
+        self.rng = rng
+        self.w = words
+        self.paragraphs = docstring_paragraphs()
+
+    def paragraph(self) -> str:
+        return self.rng.choice(self.paragraphs)
+
+    def sentences(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            s = re.split(r"(?<=[.!?]) ", self.paragraph())
+            out.append(self.rng.choice(s))
+        return out
+
+    def block(self) -> str:
+        kind = self.rng.choice(("prose", "prose", "section", "list", "tagged", "fields", "code"))
+        if kind == "prose":
+            return "\n\n".join(self.paragraph() for _ in range(self.rng.randint(1, 3)))
+        if kind == "section":
+            title = " ".join(self.paragraph().split()[:self.rng.randint(1, 4)]).rstrip(".,:;")
+            return f"{'#' * self.rng.randint(1, 3)} {title}\n\n{self.paragraph()}"
+        if kind == "list":
+            bullet = self.rng.choice(("- ", "* ", "1. "))
+            return "\n".join(bullet + s for s in self.sentences(self.rng.randint(2, 8)))
+        if kind == "tagged":
+            tag = self.rng.choice(TAGS)
+            inner = self.block() if self.rng.random() < 0.5 else self.fields()
+            return f"<{tag}>\n{inner}\n</{tag}>"
+        if kind == "fields":
+            return self.fields()
+        code = self.paragraph().split()
+        body = "\n".join(" ".join(code[i:i + 6]) for i in range(0, len(code), 6))
+        return f"```\n{body}\n```"
+
+    def fields(self) -> str:
+        lines = []
+        for _ in range(self.rng.randint(1, 6)):
+            k = self.w.key()
+            v = self.rng.choice((self.w.phrase(1, 3), f"/{self.w.random_letters()}/"
+                                 f"{self.w.random_letters()}", self.w.number()))
+            lines.append(self.rng.choice((f"{k}: {v}", f"<{k}>{v}</{k}>")))
+        return "\n".join(lines)
+
+    def text(self, words: int) -> str:
+        parts: list[str] = []
+        n = 0
+        while n < words:
+            b = self.block()
+            parts.append(b)
+            n += len(b.split())
+        return "\n\n".join(parts)
+
+    def tool(self, name: str | None = None, keys: dict[str, dict] | None = None) -> dict:
+        """A tool with a long description and optional parameters the call leaves out."""
+        props = dict(keys or {})
+        for _ in range(self.rng.choice((0, 1, 2, 3))):
+            k = self.w.key()
+            if k not in props:
+                props[k] = {"type": self.rng.choice(("string", "integer", "boolean")),
+                            "description": " ".join(self.sentences(1))}
+        for spec in props.values():
+            if "description" not in spec and self.rng.random() < 0.5:
+                spec["description"] = " ".join(self.sentences(1))
+        params = {"type": "object", "properties": props, "required": list(keys or {}),
+                  "additionalProperties": False}
+        return {"type": "function", "function": {
+            "name": name or self.w.tool_name(),
+            "description": " ".join(self.sentences(self.rng.randint(1, 3))),
+            "parameters": params}}
+
+
+# Headers tools put before a command's output (Codex's exec_command is one of these shapes).
+OUTPUT_HEADERS = (
+    lambda r: f"Chunk ID: {r.getrandbits(24):06x}",
+    lambda r: f"Wall time: {r.random():.4f} seconds",
+    lambda r: f"Process exited with code {r.choice((0, 0, 0, 1, 2))}",
+    lambda r: f"Original token count: {r.randint(1, 400)}",
+    lambda r: f"Exit code: {r.choice((0, 0, 1))}",
+    lambda r: f"Duration: {r.random() * 3:.1f}s",
+    lambda r: f"Status: {r.choice(('ok', 'success', 'completed'))}",
+    lambda r: f"Session ID: {r.randint(1000, 99999)}",
+)
+
+
+def wrapped_output(rng: random.Random, value: str) -> str:
+    """A tool's output as agent harnesses return it: headers, then the output itself."""
+    r = rng.random()
+    if r < 0.2:
+        meta = {"exit_code": rng.choice((0, 0, 1)), "duration_seconds": round(rng.random(), 1)}
+        return json.dumps({"output": value + rng.choice(("", "\n")), "metadata": meta})
+    if r < 0.5:   # all of one harness's lines, in its order
+        headers = [h(rng) for h in OUTPUT_HEADERS[:4]]
+    else:
+        headers = [h(rng) for h in rng.sample(OUTPUT_HEADERS, rng.randint(1, 4))]
+    return "\n".join(headers) + "\nOutput:\n" + value + rng.choice(("", "\n"))
+
+
+def output_value(words: Words) -> str:
+    """What a command prints: words, hyphenated or dotted names, paths."""
+    rng = words.rng
+    r = rng.random()
+    if r < 0.35:
+        return words.phrase(1, 3)
+    if r < 0.65:
+        return rng.choice("-_.").join(words.word().lower() for _ in range(rng.randint(2, 3)))
+    if r < 0.8:
+        return "/".join(words.word().lower() for _ in range(rng.randint(2, 4))) + \
+            rng.choice(("", ".txt", ".py", ".md"))
+    return f"{words.word()} {rng.choice('-:=')} {words.word()}"
+
+
+AGENT_FAMILIES = ("reply", "reply", "tool", "tool", "tool_result", "tool_result", "think",
+                  "json", "recall")
+
+
+def agent_example(rng: random.Random, *, unseen: bool = False, family: str | None = None,
+                  filler_words: tuple[int, int] = (20, 300)) -> dict:
+    """Instructions, tools and context messages of random length, then a task."""
+    words = Words(rng, unseen=unseen)
+    tasks = Tasks(rng, words, long_reply_share=0.1)
+    filler = Filler(rng, Words(rng))
+    family = family or rng.choice(AGENT_FAMILIES)
+    budget = rng.randint(*filler_words)
+    messages: list[dict] = []
+    share = rng.random()
+    if rng.random() < 0.9:
+        messages.append({"role": rng.choice(("system", "developer")),
+                         "content": filler.text(int(budget * share))})
+    tools = [filler.tool() for _ in range(rng.choice((0, 1, 1, 2, 3)))]
+
+    def context() -> None:
+        for _ in range(rng.choice((0, 0, 1, 1, 2))):
+            messages.append({"role": rng.choice(("developer", "user")),
+                             "content": filler.text(int(budget * (1 - share) / 2) + 1)})
+
+    context()
+    turns = rng.choice((0, 0, 1, 2)) if family != "recall" else rng.choice((1, 2, 2))
+    for _ in range(turns):
+        m, t = tasks.make(rng.choice(("reply", "json", "think", "tool_result")))
+        messages += m
+        tools += [filler.tool(x["function"]["name"], x["function"]["parameters"]["properties"])
+                  for x in t]
+        if rng.random() < 0.3:
+            context()
+    if family == "recall":
+        first = next(m for m in messages if m["role"] == "assistant")
+        messages += [{"role": "user", "content": RECALL_PROMPT},
+                     {"role": "assistant", "content": first["content"]}]
+    else:
+        context()
+        m, t = tasks.make("tool" if family == "tool_result" else family)
+        if family == "tool_result":
+            values = []
+            for _ in m[-1]["tool_calls"]:
+                v = output_value(words)
+                values.append(v)
+                m.append({"role": "tool", "content": wrapped_output(rng, v)
+                          if rng.random() < 0.7 else v})
+            m.append({"role": "assistant", "content": f"The result is {values[0]}." if
+                      len(values) == 1 else f"The results are {values[0]} and {values[1]}."})
+        messages += m
+        for x in t:
+            tools.insert(rng.randint(0, len(tools)), filler.tool(
+                x["function"]["name"], x["function"]["parameters"]["properties"]))
+    seen: set[str] = set()
+    unique = []
+    for x in tools:
+        if x["function"]["name"] not in seen:
+            seen.add(x["function"]["name"])
+            unique.append(x)
+    return {"messages": messages, "tools": unique, "family": family, "turns": turns + 1}
+
+
+AGENT_STAGE_SHARE = 0.6
+
+
+def agent_stage_example(rng: random.Random) -> dict:
+    if rng.random() < AGENT_STAGE_SHARE:
+        return agent_example(rng)
+    return tools_example(rng)

@@ -18,10 +18,11 @@ import re
 import sys
 from pathlib import Path
 
-from .data import (Tasks, conversation, expected_completion, finetune_example, prompt_messages,
-                   recall_conversation, tools_example)
+from .data import (Tasks, agent_example, agent_stage_example, conversation, expected_completion,
+                   finetune_example, prompt_messages, recall_conversation, tools_example)
 
-STAGES = {"base": conversation, "finetune": finetune_example, "tools": tools_example}
+STAGES = {"base": conversation, "finetune": finetune_example, "tools": tools_example,
+          "agent": agent_stage_example}
 
 # The runtime model directory, which also receives EVAL.md and eval.json.
 MODEL_DIR = Path(__file__).resolve().parents[2] / "src" / "triode" / "model" / "tiny"
@@ -68,12 +69,15 @@ def training_prompts(stages: list[tuple[object, int, int]]) -> set[str]:
     return seen
 
 
-def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude: set[str]):
+def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude: set[str],
+            agent: bool = False):
     """Held-out examples; in-distribution ones whose user turns were all seen are skipped."""
     rng = random.Random(seed)
     out = []
     while len(out) < n:
-        if family == "recall":
+        if agent:
+            ex = agent_example(rng, unseen=unseen, family=family, filler_words=AGENT_FILLER)
+        elif family == "recall":
             ex = recall_conversation(rng, unseen=unseen, prior_turns=turns - 1)
         else:
             ex = conversation(rng, unseen=unseen, family=family, prior_turns=turns - 1)
@@ -88,37 +92,57 @@ def heldout(n: int, *, unseen: bool, family: str, turns: int, seed: int, exclude
 BUNDLED_STAGES = ["base:120000:0", "finetune:30000:1", "tools:20000:2", "tools:20000:3"]
 
 CELLS = [(family, turns) for family in Tasks.FAMILIES for turns in (1, 3)] + [("recall", 3)]
+# Agent-shaped prompts (long instructions, tools, context messages, wrapped tool output; see
+# data.agent_example) with more filler than training ever used (training kept examples under
+# 3,072 tokens): 3.5k to 10k tokens, so these cells measure the sliding window's reach too.
+AGENT_FAMILIES = ("reply", "tool", "tool_result", "think", "json", "recall")
+AGENT_FILLER = (700, 2000)
+AGENT_SHARE = 4    # an agent cell has n // AGENT_SHARE prompts (they are 10x longer)
 
 
 def run(model_dir: str, n: int, stages) -> dict:
     from mlx_lm import load
-    from mlx_lm.generate import batch_generate
 
-    model, tokenizer = load(model_dir)
+    # The bundled model's architecture file (sliding_qwen3.py) is ours: trusted.
+    model, tokenizer = load(model_dir, trust_remote_code=True)
     exclude = training_prompts(stages)
     results: dict = {}
     for set_name, unseen in (("a", False), ("b", True)):
         for family, turns in CELLS:
             seed = 1000 + 100 * [c[0] for c in CELLS].index(family) + 10 * turns + int(unseen)
             exs = heldout(n, unseen=unseen, family=family, turns=turns, seed=seed, exclude=exclude)
-            prompts = []
-            for ex in exs:
-                text = tokenizer.apply_chat_template(
-                    prompt_messages(ex), tools=ex["tools"] or None,
-                    add_generation_prompt=True, tokenize=False)
-                prompts.append(tokenizer.encode(text, add_special_tokens=False))
-            resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
-            ok = 0
-            failures = []
-            for ex, text in zip(exs, resp.texts):
-                good = score(family, expected_completion(ex), text)
-                ok += good
-                if not good and len(failures) < 3:
-                    failures.append({"prompt": prompt_messages(ex)[-1]["content"], "output": text})
-            results[f"{set_name}/{family}/{turns}"] = {"accuracy": ok / len(exs), "n": len(exs),
-                                                       "failures": failures}
-            print(f"{set_name} {family:12s} turns={turns} {ok}/{len(exs)}", flush=True)
+            results[f"{set_name}/{family}/{turns}"] = measure(model, tokenizer, family, exs)
+            print(f"{set_name} {family:12s} turns={turns} {results[f'{set_name}/{family}/{turns}']['accuracy']:.3f}", flush=True)
+        for family in AGENT_FAMILIES:
+            seed = 5000 + 100 * AGENT_FAMILIES.index(family) + int(unseen)
+            exs = heldout(max(1, n // AGENT_SHARE), unseen=unseen, family=family, turns=0,
+                          seed=seed, exclude=exclude, agent=True)
+            cell = measure(model, tokenizer, family, exs)
+            results[f"{set_name}/{family}/agent"] = cell
+            print(f"{set_name} {family:12s} agent {cell['accuracy']:.3f} "
+                  f"({cell['min_tokens']}-{cell['max_tokens']} tokens)", flush=True)
     return results
+
+
+def measure(model, tokenizer, family: str, exs: list[dict]) -> dict:
+    from mlx_lm.generate import batch_generate
+
+    prompts = []
+    for ex in exs:
+        text = tokenizer.apply_chat_template(
+            prompt_messages(ex), tools=ex["tools"] or None,
+            add_generation_prompt=True, tokenize=False)
+        prompts.append(tokenizer.encode(text, add_special_tokens=False))
+    resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
+    ok = 0
+    failures = []
+    for ex, text in zip(exs, resp.texts):
+        good = score(family, expected_completion(ex), text)
+        ok += good
+        if not good and len(failures) < 3:
+            failures.append({"prompt": prompt_messages(ex)[-1]["content"], "output": text})
+    return {"accuracy": ok / len(exs), "n": len(exs), "failures": failures,
+            "min_tokens": min(map(len, prompts)), "max_tokens": max(map(len, prompts))}
 
 
 def table(results: dict) -> str:
@@ -131,6 +155,16 @@ def table(results: dict) -> str:
         rows.append(f"| {family} | " + " | ".join(cells) + " |")
     n = next(iter(results.values()))["n"]
     rows.append(f"\n{n} held-out prompts per cell, greedy decoding.")
+    agent = [k for k in results if k.endswith("/agent")]
+    if agent:
+        lo = min(results[k]["min_tokens"] for k in agent)
+        hi = max(results[k]["max_tokens"] for k in agent)
+        rows += ["", f"Agent-shaped prompts, {lo:,} to {hi:,} tokens (training stopped at 3,072):",
+                 "", "| task family | (a) in-distribution | (b) unseen words |", "|---|---|---|"]
+        for family in AGENT_FAMILIES:
+            cells = [f"{100 * results[f'{s}/{family}/agent']['accuracy']:.1f}%" for s in "ab"]
+            rows.append(f"| {family} | " + " | ".join(cells) + " |")
+        rows.append(f"\n{results[agent[0]]['n']} held-out prompts per cell.")
     return "\n".join(rows) + "\n"
 
 

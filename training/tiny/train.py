@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,15 @@ CONFIG = {
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
     "torch_dtype": "float32",
+}
+
+# The agent stage (and the bundled model since) attends to a sliding window in every layer
+# (src/triode/model/tiny/sliding_qwen3.py, named by config.json), so a prompt has no length limit
+# but the context length the server allows.
+SLIDING = {
+    "model_file": "sliding_qwen3.py",
+    "sliding_window": 1024,
+    "max_position_embeddings": 32768,
 }
 
 ASSISTANT_SPAN = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.S)
@@ -102,10 +112,9 @@ def train(args) -> None:
     import mlx.nn as nn
     import mlx.optimizers as optim
     from mlx.utils import tree_flatten
-    from mlx_lm.models.qwen3 import Model, ModelArgs
     from transformers import AutoTokenizer
 
-    from .data import conversation, finetune_example, tools_example
+    from .data import agent_stage_example, conversation, finetune_example, tools_example
     from .tokenizer import build, corpus_sample
 
     group = mx.distributed.init() if args.ranks > 1 else None
@@ -125,7 +134,7 @@ def train(args) -> None:
 
     rng = random.Random(args.seed)
     make_example = {"base": conversation, "finetune": finetune_example,
-                    "tools": tools_example}[args.stage]
+                    "tools": tools_example, "agent": agent_stage_example}[args.stage]
     t0 = time.time()
     rows = []
     for i in range(args.examples):
@@ -137,6 +146,11 @@ def train(args) -> None:
     log(f"{len(rows)} examples, {n_tokens} tokens, built in {time.time() - t0:.0f}s")
 
     config = dict(CONFIG, vocab_size=len(tokenizer))
+    if args.stage == "agent":
+        from triode.model.tiny.sliding_qwen3 import Model, ModelArgs
+        config.update(SLIDING)
+    else:
+        from mlx_lm.models.qwen3 import Model, ModelArgs
     mx.random.seed(args.seed)
     model = Model(ModelArgs.from_dict(config))
     if args.init_from:
@@ -184,6 +198,8 @@ def train(args) -> None:
         weights = dict(tree_flatten(model.parameters()))
         mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if "model_file" in config and out.resolve() != MODEL_DIR.resolve():
+            shutil.copy(MODEL_DIR / config["model_file"], out / config["model_file"])
         # The model is a deterministic test fixture: greedy unless a request asks otherwise.
         (out / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
         meta = {"stage": args.stage, "init_from": args.init_from, "steps": steps, "train_seconds": round(wall), "parameters": n_params,
@@ -228,9 +244,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-len", type=int, default=900)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stage", choices=("base", "finetune", "tools"), default="base",
+    p.add_argument("--stage", choices=("base", "finetune", "tools", "agent"), default="base",
                    help="base: the core families; finetune: plus long copies and recall; "
-                        "tools: mostly tool calls with open-ended names and keys")
+                        "tools: mostly tool calls with open-ended names and keys; agent: "
+                        "sliding-window attention, long agent-shaped prompts, wrapped tool output")
     p.add_argument("--init-from", default=None, help="start from this model directory's weights")
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--blas", default="auto", help="auto|mkl|none: BLAS preloaded before MLX")
