@@ -132,6 +132,9 @@ def train(args) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(out))
     pad_id = tokenizer.pad_token_id
 
+    from . import data
+
+    data.AGENT_STAGE_SHARE = args.agent_share
     rng = random.Random(args.seed)
     make_example = {"base": conversation, "finetune": finetune_example,
                     "tools": tools_example, "agent": agent_stage_example}[args.stage]
@@ -249,6 +252,9 @@ def main(argv=None) -> int:
                         "tools: mostly tool calls with open-ended names and keys; agent: "
                         "sliding-window attention, long agent-shaped prompts, wrapped tool output")
     p.add_argument("--init-from", default=None, help="start from this model directory's weights")
+    p.add_argument("--agent-share", type=float, default=0.6,
+                   help="agent stage: the share of agent-shaped examples (the rest: the tools "
+                        "stage's mix)")
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--blas", default="auto", help="auto|mkl|none: BLAS preloaded before MLX")
     p.add_argument("--skip-eval", action="store_true")
