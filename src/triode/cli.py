@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("triode")
 
-# After the drain, the time hypercorn gets to write the last events and close the
-# connections before the rest (an idle WebSocket, say) are cut.
-FLUSH_SECS = 3.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +73,7 @@ def hypercorn_config(settings: Settings) -> Config:
 
     from .actors.registry import CUT_GRACE
     from .http.body import MAX_BODY_BYTES
+    from .http.transport import FLUSH_SECS
 
     config = Config()
     config.bind = [f"{settings.host}:{settings.port}"]
@@ -112,8 +110,10 @@ async def serve(settings: Settings) -> None:
     from hypercorn.utils import wrap_app
 
     from .http.app import create_app
+    from .http.transport import FLUSH_SECS, install
     from .system import Handles, start_actors
 
+    install(settings.write_timeout, settings.shutdown_timeout)
     config = hypercorn_config(settings)
     sockets = bind(config, settings)
     handles: Handles | None = None

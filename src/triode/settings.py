@@ -58,6 +58,10 @@ class Settings:
     shutdown_timeout: float = flag(
         30.0, "seconds a SIGTERM/SIGINT waits for running responses (background jobs too) "
         "to finish; those still running then end `failed` (the server is shutting down)")
+    write_timeout: float = flag(
+        60.0, "seconds a write to a client may wait for the client to read it; a client that "
+        "takes nothing for that long is disconnected (a response it was streaming ends "
+        "`cancelled`)")
     hosted_tools: str = flag(
         "ignore", "hosted tool types the local model cannot run (web_search, mcp, ...): "
         "`ignore` drops them (a warning log line and the X-Triode-Dropped-Tools response "
@@ -119,6 +123,8 @@ class Settings:
         if self.store != "memory" and not self.store.startswith(STORE_SCHEMES):
             problems.append(f"--store must be `memory` or a URL starting with "
                             f"{', '.join(STORE_SCHEMES)} (got {self.store!r})")
+        if not self.write_timeout > 0:
+            problems.append(f"--write-timeout must be more than 0 (got {self.write_timeout})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:

@@ -1,17 +1,25 @@
 """Keep-alive connections survive answers sent before the request body was read (404/405
-from routing, 401 from before_request, routes that never read a body), and the server
-closes a connection whenever it answers `Connection: close` (see http/guard.py)."""
+from routing, 401 from before_request, 400 from the query, routes that never read a body),
+the server closes a connection whenever it answers `Connection: close` (see http/guard.py),
+and a client gone before its body leaves nothing behind: no socket in CLOSE-WAIT, no task.
+The matrix covers every route of the app's URL map."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
+from pathlib import Path
+from typing import Iterator
 from urllib.parse import urlparse
 
 import pytest
 
-from ..conftest import run_server, wait_until
+from triode.http.app import OPEN_PATHS, create_app
+from triode.http.body import MAX_BODY_BYTES
+
+from ..conftest import Server, run_server, wait_until
 
 BODY = json.dumps({"model": "triode-tiny", "input": "Reply with: hello"}).encode()
 
@@ -91,3 +99,115 @@ def test_too_large_body_is_413_and_the_connection_closes(server):
         status, headers, _ = read_response(sock)
         assert (status, headers.get("connection")) == (413, "close")
         assert read_response(sock) is None
+
+
+# ---- the matrix: every route x every early answer x (keep-alive reuse | client gone) ---------
+
+KEY = "k"
+AUTH = f"Authorization: Bearer {KEY}\r\n"
+PLACEHOLDERS = {"response_id": "resp_nope", "conversation_id": "conv_nope",
+                "item_id": "msg_nope", "model_id": "no-such-model"}
+# A query each list route refuses before it looks at anything else (400 naming the field).
+OVERSIZE = f"Content-Length: {MAX_BODY_BYTES + 1}\r\n"
+BAD_QUERIES = {"/v1/responses/<response_id>": "starting_after=x",
+               "/v1/responses/<response_id>/input_items": "limit=0",
+               "/v1/conversations/<conversation_id>/items": "limit=0"}
+
+
+def app_routes() -> dict[str, set[str]]:
+    """The app's HTTP routes under /v1 (each is also mounted without it): path -> methods."""
+    routes: dict[str, set[str]] = {}
+    for rule in create_app().url_map.iter_rules():
+        if rule.rule.startswith("/v1/") and not rule.websocket:
+            routes.setdefault(rule.rule, set()).update((rule.methods or set()) - {"HEAD",
+                                                                                    "OPTIONS"})
+    return routes
+
+
+def concrete(rule: str) -> str:
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: PLACEHOLDERS[m.group(1)], rule)
+
+
+def early_cases() -> Iterator[tuple[str, str, str, int]]:
+    """(method, path, extra headers, the status answered) for every route."""
+    for rule, methods in sorted(app_routes().items()):
+        path = concrete(rule)
+        for method in sorted(methods):
+            if path not in OPEN_PATHS:
+                yield method, path, "", 401
+            if "<" in rule and rule not in ("/v1/conversations/<conversation_id>",
+                                            "/v1/conversations/<conversation_id>/items") \
+                    or method == "POST" and "<" in rule:
+                yield method, path, AUTH, 404 if method != "POST" or "cancel" in path else 400
+            if method == "POST":   # too large: 413, or the answer of a route that reads none
+                yield (method, path, AUTH + OVERSIZE, 404 if path.endswith("/cancel") else 413)
+        if rule in BAD_QUERIES:
+            yield "GET", f"{path}?{BAD_QUERIES[rule]}", AUTH, 400
+        yield next(m for m in ("PUT", "PATCH") if m not in methods), path, AUTH, 405
+    yield "POST", "/v1/no-such-route", AUTH, 404
+    yield "GET", "/v1/responses/resp_nope/no-such-part", AUTH, 404
+
+
+CASES = sorted(set(early_cases()))
+
+
+@pytest.fixture(scope="module")
+def keyed() -> Iterator[Server]:
+    with run_server("--api-key", KEY) as srv:
+        srv.http.headers["Authorization"] = f"Bearer {KEY}"
+        yield srv
+
+
+LEFT_SECS = 3.0
+
+
+def close_wait(port: int) -> int:
+    """Sockets of this machine on local port `port` in CLOSE-WAIT (the peer closed; the
+    owner never did), from /proc/net/tcp{,6}."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            count += int(local.rsplit(":", 1)[1], 16) == port and state == "08"
+    return count
+
+
+def send_head(sock: socket.socket, method: str, path: str, headers: str) -> None:
+    if "Content-Length" not in headers:
+        headers += f"Content-Length: {len(BODY)}\r\n"
+    sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"{headers}\r\n".encode())
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+@pytest.mark.parametrize("method,path,headers,status", CASES,
+                         ids=[f"{m} {p} {s}" for m, p, _, s in CASES])
+@pytest.mark.parametrize("client", ["reuses", "goes"])
+def test_early_answer_matrix(keyed, client, method, path, headers, status):
+    """Every route's early answers: on keep-alive the next request is answered (or, after a
+    413, the server closes the connection); a client gone before sending its body leaves no
+    CLOSE-WAIT socket and no task behind."""
+    port = urlparse(keyed.base_url).port
+    before = keyed.health()["tasks"]
+    with connect(keyed) as sock:
+        send_head(sock, method, path, headers)
+        if client == "goes":
+            time.sleep(0.05)
+            sock.close()
+        elif OVERSIZE in headers:   # answered at once, and closed: that body is never read
+            first = read_response(sock)
+            assert first is not None and first[0] == status, first
+            assert first[1].get("connection") == "close", first
+            assert read_response(sock) is None
+        else:                 # the body arrives after the app has answered (or could have)
+            time.sleep(0.05)
+            sock.sendall(BODY)
+            first = read_response(sock)
+            assert first is not None and first[0] == status, first
+            sock.sendall(f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode())
+            second = read_response(sock)
+            assert second is not None and second[0] == 200, second
+    # Within LEFT_SECS, less than hypercorn's 5 s keep-alive timer: a connection that
+    # waits for it (http/transport.py) fails here.
+    wait_until(lambda: close_wait(port) == 0, timeout=LEFT_SECS)
+    wait_until(lambda: keyed.health()["tasks"] <= before, timeout=LEFT_SECS)

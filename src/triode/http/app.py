@@ -30,6 +30,7 @@ from .access import AccessLog, record_route
 from .body import MAX_BODY_BYTES, json_response
 from .guard import ConnectionGuard
 from .routes import api
+from .transport import install as install_write_timeout
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
             try:
                 settings = resolve()
                 access.enabled = settings.access_log == "on"
+                install_write_timeout(settings.write_timeout, settings.shutdown_timeout)
                 app.config["TRIODE_HANDLES"] = await app.nursery.start(start_actors, settings)
             except (SettingsError, BaseExceptionGroup) as exc:
                 error = startup_error(exc)
