@@ -8,6 +8,7 @@ they reach deep into validation instead of failing at the first field."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import attrs
@@ -148,3 +149,133 @@ def test_a_surrogate_pair_is_one_character_and_accepted(fuzzed):
                          headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text
     assert r.json()["metadata"] == {"k": "\N{GRINNING FACE}"}
+
+
+# ---- any value at any depth ------------------------------------------------------------------
+# Valid bodies that reach every part of validation: tools of each kind, a forced tool choice,
+# a strict JSON schema, reasoning, and input items of every type a client replays. One to
+# three values anywhere in them (a field, a list element, a value deep in a schema or a tool's
+# parameters) are replaced by arbitrary JSON.
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+          "additionalProperties": False}
+TOOLS = [{"type": "function", "name": "lookup", "description": "find a word", "strict": True,
+          "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
+                         "required": ["q"], "additionalProperties": False}},
+         {"type": "custom", "name": "patch", "description": "apply a patch"},
+         {"type": "web_search"}]
+ITEMS = [
+    {"type": "message", "role": "developer", "content": "Answer briefly."},
+    {"type": "message", "role": "user",
+     "content": [{"type": "input_text", "text": "Call lookup with q=kite"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "lookup",
+     "arguments": "{\"q\": \"kite\"}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "a kite flies"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "ok"}]},
+    {"type": "custom_tool_call", "call_id": "call_2", "name": "patch", "input": "diff"},
+    {"type": "custom_tool_call_output", "call_id": "call_2", "output": "applied"},
+    {"type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "The result is a kite.", "annotations": []}]},
+    {"role": "user", "content": "Reply with: ok"},
+]
+CREATE = {"model": MODEL, "input": ITEMS, "instructions": "Be brief.", "tools": TOOLS,
+          "tool_choice": "auto", "parallel_tool_calls": True, "max_output_tokens": 8,
+          "temperature": 0.5, "top_p": 0.9, "store": True, "metadata": {"k": "v"},
+          "reasoning": {"effort": "low", "summary": "auto"}, "truncation": "auto",
+          "text": {"format": {"type": "json_schema", "name": "a", "strict": True,
+                              "schema": SCHEMA}, "verbosity": "low"},
+          "include": ["reasoning.encrypted_content"], "prompt_cache_key": "fuzz",
+          "user": "u", "safety_identifier": "s", "service_tier": "auto",
+          "client_metadata": {"x": "y"}}
+BODIES = {
+    "/v1/responses": CREATE,
+    "/v1/responses/input_tokens": {k: v for k, v in CREATE.items()
+                                   if k not in ("store", "metadata", "include", "user",
+                                                "safety_identifier", "service_tier",
+                                                "client_metadata", "temperature", "top_p",
+                                                "max_output_tokens", "prompt_cache_key")},
+    "/v1/responses/compact": {"model": MODEL, "input": ITEMS, "instructions": "Be brief.",
+                              "tools": TOOLS, "keep_tokens": 16, "metadata": {"k": "v"}},
+}
+
+
+def paths(value: object, at: tuple = ()) -> list[tuple]:
+    """Every place in `value` that holds a value: dict keys and list indexes, nested."""
+    found = [at] if at else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += paths(v, (*at, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += paths(v, (*at, i))
+    return found
+
+
+def holds(value: object, at: tuple) -> bool:
+    """Whether `at` is still a place in `value` (an earlier replacement may have removed it)."""
+    for p in at:
+        if isinstance(value, dict) and p in value:
+            value = value[p]
+        elif isinstance(value, list) and isinstance(p, int) and p < len(value):
+            value = value[p]
+        else:
+            return False
+    return True
+
+
+def replace(value: object, at: tuple, new: object) -> object:
+    if not at:
+        return new
+    head, rest = at[0], at[1:]
+    if isinstance(value, dict):
+        return {**value, head: replace(value[head], rest, new)}
+    assert isinstance(value, list)
+    return [replace(v, rest, new) if i == head else v for i, v in enumerate(value)]
+
+
+def dotted(at: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
+
+
+def replacements(route: str) -> st.SearchStrategy[list[tuple[tuple, object]]]:
+    return st.lists(st.tuples(st.sampled_from(paths(BODIES[route])), JSON), min_size=1,
+                    max_size=3)
+
+
+def test_the_deep_fuzz_bodies_are_valid(fuzzed):
+    """Unchanged, each body is accepted: every replacement starts from a valid request."""
+    for route, body in BODIES.items():
+        r = fuzzed.http.post(route, json=body)
+        assert r.status_code == 200, (route, r.text)
+
+
+@pytest.mark.parametrize("route", sorted(BODIES))
+def test_any_value_at_any_depth_gets_a_response_or_a_4xx_naming_the_field(fuzzed, route):
+    @settings(max_examples=120, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow])
+    @given(changes=replacements(route))
+    def check(changes: list[tuple[tuple, object]]) -> None:
+        body: object = BODIES[route]
+        changes = [(at, new) for at, new in changes if holds(body, at) and
+                   (body := replace(body, at, new)) is not None]
+        r = fuzzed.http.post(route, content=json.dumps(body),
+                             headers={"Content-Type": "application/json"})
+        assert r.status_code in ALLOWED, (r.status_code, r.text, body)
+        if r.status_code == 200:
+            if isinstance(body, dict) and body.get("background") is True:
+                fuzzed.http.post(f"/v1/responses/{r.json()['id']}/cancel")
+            return
+        error = r.json()["error"]
+        assert error["message"] and error["type"], error
+        # The 400 names a field: the one a replacement reached, or one that the replaced
+        # value made wrong (a tool call whose tool is gone, a format a schema no longer
+        # fits) under the same top-level field; or, when the change made the prompt (or a
+        # compaction's summary) too long, `input` with context_length_exceeded.
+        tops = {str(at[0]) for at, _ in changes}
+        assert error["param"] is not None, (error, [dotted(at) for at, _ in changes])
+        assert re.split(r"[.\[]", error["param"])[0] in tops or (
+            error["code"] == "context_length_exceeded" and error["param"] == "input"), \
+            (error, [dotted(at) for at, _ in changes])
+
+    check()
