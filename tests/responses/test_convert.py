@@ -98,3 +98,15 @@ def test_nested_objects_take_json_objects_only(body, param):
         structure(body, CreateResponse)
     assert exc.value.param == param
     assert "expected an object, got string" in exc.value.message
+
+
+@pytest.mark.parametrize("written,value", [(2.0, 2), (1e3, 1000), (-0.0, 0)])
+def test_integers_may_be_written_without_a_fraction(written, value):
+    """An integer field takes a number without a fraction as that integer (JSON Schema's
+    `integer` admits 2.0, so the OpenAPI document does); 1.5, true and "2" stay 400s."""
+    assert structure({"model": "m", "max_output_tokens": written},
+                     CreateResponse).max_output_tokens == value
+    for wrong in (1.5, True, "2", float("inf")):
+        with pytest.raises(InvalidRequest) as exc:
+            structure({"model": "m", "max_output_tokens": wrong}, CreateResponse)
+        assert exc.value.param == "max_output_tokens"

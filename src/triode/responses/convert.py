@@ -1,8 +1,8 @@
 """The one cattrs Converter: JSON → wire types, strictly.
 
-Wrong types are errors (no "5" → 5, no true → 1), unknown fields are errors, and every error
-becomes an `InvalidRequest` whose `param` is the JSON path of the offending field
-(`input[2].content`), as OpenAI reports it.
+Wrong types are errors (no "5" → 5, no true → 1, no 1.5 → 1; 2.0 is the integer 2, as in JSON
+Schema), unknown fields are errors, and every error becomes an `InvalidRequest` whose `param`
+is the JSON path of the offending field (`input[2].content`), as OpenAI reports it.
 """
 
 from __future__ import annotations
@@ -42,8 +42,18 @@ def _json_type(value: Any) -> str:
             list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
+def _integer(value: Any, _: Any) -> int:
+    """An integer, also written as a number without a fraction (`2.0`, `1e3`): JSON and
+    JSON Schema do not tell those apart, and a client's serializer may write either."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {_json_type(value)}")
+    return value
+
+
 converter.register_structure_hook(str, _strict(str, "a string", (str,)))
-converter.register_structure_hook(int, _strict(int, "an integer", (int,), (bool,)))
+converter.register_structure_hook(int, _integer)
 converter.register_structure_hook(float, _strict(float, "a number", (int, float), (bool,)))
 converter.register_structure_hook(bool, _strict(bool, "a boolean", (bool,)))
 
