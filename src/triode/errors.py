@@ -17,7 +17,20 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
+
+
+class ErrorDetail(TypedDict):
+    message: str
+    type: str
+    param: str | None      # the offending field's JSON path (`input[2].content`), if one
+    code: str | None
+
+
+class ErrorBody(TypedDict):
+    """What every error response's body is (OpenAI's error object)."""
+
+    error: ErrorDetail
 
 
 class TriodeError(Exception):
@@ -40,7 +53,7 @@ class APIError(TriodeError):
         if code is not None:
             self.code = code
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorBody:
         return {"error": {"message": self.message, "type": self.type,
                           "param": self.param, "code": self.code}}
 

@@ -54,7 +54,8 @@ class Settings:
     context_length: int | None = flag(
         None, "context window in tokens (default: the model's own)")
     api_key: str | None = flag(
-        None, "require `Authorization: Bearer KEY` on every route but /health")
+        None, "require `Authorization: Bearer KEY` on every route but /health and "
+        "/openapi.json")
     shutdown_timeout: float = flag(
         30.0, "seconds a SIGTERM/SIGINT waits for running responses (background jobs too) "
         "to finish; those still running then end `failed` (the server is shutting down)")

@@ -64,3 +64,49 @@ def test_non_object_body_is_refused():
     """A JSON array or string body is a 400, not a crash."""
     with pytest.raises(InvalidRequest):
         structure([1, 2], CreateResponse)
+
+
+@pytest.mark.parametrize("body,param,fragment", [
+    ({"model": "m", "include": "reasoning.encrypted_content"}, "include",
+     "expected an array, got string"),
+    ({"model": "m", "stop": {"a": "b"}}, "stop", "expected an array, got object"),
+    ({"model": "m", "context_management": {"type": "compaction"}}, "context_management",
+     "expected an array, got object"),
+    ({"model": "m", "input": [{"type": "reasoning", "summary": "thought"}]},
+     "input[0].summary", "expected an array, got string"),
+    ({"model": "m", "input": [{"role": "user", "content": [
+        {"type": "output_text", "text": "x", "annotations": "abc"}]}]},
+     "input[0].content[0].annotations", "expected an array, got string"),
+])
+def test_lists_take_json_arrays_only(body, param, fragment):
+    """A string or an object where an array belongs is a 400 naming the field, never its
+    characters or keys taken as the array's elements."""
+    with pytest.raises(InvalidRequest) as exc:
+        structure(body, CreateResponse)
+    assert (exc.value.param, fragment in exc.value.message) == (param, True), exc.value.message
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"model": "m", "text": "json"}, "text"),
+    ({"model": "m", "context_management": ["compaction"]}, "context_management[0]"),
+    ({"model": "m", "input": [{"type": "reasoning", "summary": ["thought"]}]},
+     "input[0].summary[0]"),
+])
+def test_nested_objects_take_json_objects_only(body, param):
+    """A scalar where an object belongs is a 400 that says an object was expected."""
+    with pytest.raises(InvalidRequest) as exc:
+        structure(body, CreateResponse)
+    assert exc.value.param == param
+    assert "expected an object, got string" in exc.value.message
+
+
+@pytest.mark.parametrize("written,value", [(2.0, 2), (1e3, 1000), (-0.0, 0)])
+def test_integers_may_be_written_without_a_fraction(written, value):
+    """An integer field takes a number without a fraction as that integer (JSON Schema's
+    `integer` admits 2.0, so the OpenAPI document does); 1.5, true and "2" stay 400s."""
+    assert structure({"model": "m", "max_output_tokens": written},
+                     CreateResponse).max_output_tokens == value
+    for wrong in (1.5, True, "2", float("inf")):
+        with pytest.raises(InvalidRequest) as exc:
+            structure({"model": "m", "max_output_tokens": wrong}, CreateResponse)
+        assert exc.value.param == "max_output_tokens"

@@ -14,7 +14,7 @@ import trio
 
 from ..errors import APIError, InvalidRequest
 from ..responses.builder import ResponseBuilder
-from ..responses.ids import usage
+from ..responses.ids import Usage, usage
 from ..responses.lifecycle import Event, Status, is_terminal, next_status
 from ..responses.output import OutputAssembler, StopMatcher
 from ..responses.prepared import Prepared
@@ -181,7 +181,7 @@ class Supervisor:
                     return  # leaving the block releases the slot
         raise APIError("generation ended without a finish reason (engine stopped)")
 
-    def _usage(self) -> dict[str, Any]:
+    def _usage(self) -> Usage:
         ready, output = self._ready, self._output
         return usage(input_tokens=len(ready.generation.prompt) if ready else 0,
                      output_tokens=self._output_tokens, cached_tokens=self._cached_tokens,

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 from quart import Response, request
 
-from ..responses.conversations import ConversationUpdate, NewConversation, NewItems
+from ..responses.conversations import (ConversationDeleted, ConversationObject,
+                                       ConversationUpdate, ItemPage, NewConversation, NewItems)
 from ..responses.convert import structure
+from ..responses.objects import ItemObject
+from ..responses.translate import INCLUDES
 from ..service.conversations import Conversations
 from .body import json_body, json_response
-from .routes import handles, route
+from .contract import Operation, Param, documented
+from .routes import PAGING, STORE_ERRORS, handles, route
+
+INCLUDE_VALUES = {"items": {"type": "string", "enum": list(INCLUDES)}}
+INCLUDE = (Param("include", list[str], "accepted (items are returned whole); an unknown value "
+                 "is a 400", INCLUDE_VALUES),
+           Param("include[]", list[str], "the same, as openai-python spells it",
+                 INCLUDE_VALUES))
 
 
 def service() -> Conversations:
@@ -22,28 +32,38 @@ def include() -> list[str]:
 
 
 @route("/conversations", methods=["POST"])
+@documented(Operation("Create a conversation", ConversationObject, body=NewConversation,
+                      errors=STORE_ERRORS))
 async def create_conversation() -> Response:
     body = await json_body()
     return json_response(await service().create(structure(body, NewConversation)))
 
 
 @route("/conversations/<conversation_id>", methods=["GET"])
+@documented(Operation("Retrieve a conversation", ConversationObject,
+                      errors=(*STORE_ERRORS, 404)))
 async def retrieve_conversation(conversation_id: str) -> Response:
     return json_response(await service().retrieve(conversation_id))
 
 
 @route("/conversations/<conversation_id>", methods=["POST"])
+@documented(Operation("Replace a conversation's metadata", ConversationObject,
+                      body=ConversationUpdate, errors=(*STORE_ERRORS, 404)))
 async def update_conversation(conversation_id: str) -> Response:
     req = structure(await json_body(), ConversationUpdate)
     return json_response(await service().update(conversation_id, req))
 
 
 @route("/conversations/<conversation_id>", methods=["DELETE"])
+@documented(Operation("Delete a conversation", ConversationDeleted,
+                      errors=(*STORE_ERRORS, 404)))
 async def delete_conversation(conversation_id: str) -> Response:
     return json_response(await service().delete(conversation_id))
 
 
 @route("/conversations/<conversation_id>/items", methods=["GET"])
+@documented(Operation("List a conversation's items", ItemPage, query=(*PAGING, *INCLUDE),
+                      errors=(*STORE_ERRORS, 404)))
 async def list_conversation_items(conversation_id: str) -> Response:
     args = request.args
     return json_response(await service().list_items(
@@ -52,16 +72,22 @@ async def list_conversation_items(conversation_id: str) -> Response:
 
 
 @route("/conversations/<conversation_id>/items", methods=["POST"])
+@documented(Operation("Add items to a conversation", ItemPage, body=NewItems,
+                      query=INCLUDE, errors=(*STORE_ERRORS, 404)))
 async def create_conversation_items(conversation_id: str) -> Response:
     req = structure(await json_body(), NewItems)
     return json_response(await service().add_items(conversation_id, req, include()))
 
 
 @route("/conversations/<conversation_id>/items/<item_id>", methods=["GET"])
+@documented(Operation("Retrieve a conversation item", ItemObject, query=INCLUDE,
+                      errors=(*STORE_ERRORS, 404)))
 async def retrieve_conversation_item(conversation_id: str, item_id: str) -> Response:
     return json_response(await service().item(conversation_id, item_id, include()))
 
 
 @route("/conversations/<conversation_id>/items/<item_id>", methods=["DELETE"])
+@documented(Operation("Delete a conversation item (answers with the conversation)",
+                      ConversationObject, errors=(*STORE_ERRORS, 404)))
 async def delete_conversation_item(conversation_id: str, item_id: str) -> Response:
     return json_response(await service().delete_item(conversation_id, item_id))

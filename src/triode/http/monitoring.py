@@ -10,7 +10,7 @@ quantity split by a cause is one metric with a label (docs/observability.md list
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Literal, TypedDict
 
 import attrs
 import trio
@@ -27,6 +27,7 @@ from ..errors import StoreUnavailable
 from ..system import Handles
 from .access import AccessLog
 from .body import json_response
+from .contract import Operation, documented
 from .routes import handles, route
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -35,7 +36,63 @@ PROCESS = ProcessCollector(registry=None)
 EVICTION_REASONS = ("ttl", "lru", "bytes", "oversize")   # Evictions' fields but `deleted`
 
 
+class StoreHealth(TypedDict):
+    kind: Literal["memory", "redis"]
+    reachable: bool
+
+
+class Slots(TypedDict):
+    total: int
+    busy: int
+    free: int
+
+
+class Queue(TypedDict):
+    depth: int
+    max: int
+
+
+class Generation(TypedDict):
+    steps: int
+    tokens: int
+    admitted: int
+    rejected: int
+    rendering: int
+
+
+class ResponsesHealth(TypedDict):
+    live: int
+    started: int
+    background_jobs: int
+    background_max_jobs: int
+
+
+class Health(TypedDict):
+    """Readiness and every actor's statistics (docs/observability.md)."""
+
+    status: Literal["ok", "degraded"]
+    store: StoreHealth
+    model: str
+    context_window: int
+    blas: str
+    blas_threads: int | None
+    engine_alive: bool
+    engine_restarts: int
+    engine_error: str | None
+    slots: Slots
+    queue: Queue
+    generation: Generation
+    prompt_cache: dict[str, int]                 # PromptCacheStatistics' fields
+    responses: ResponsesHealth
+    tasks: int
+    stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
+
+
 @route("/health", methods=["GET"])
+@documented(Operation("Readiness and statistics (503: degraded, with the same body)", Health,
+                      answers={503: ("Degraded: the engine or a shared store is down.",
+                                     Health)},
+                      public=True))
 async def health() -> Response:
     h = handles()
     model = await h.model.statistics()
@@ -46,7 +103,7 @@ async def health() -> Response:
     ready = model.engine_alive and store_up
     # 503 when not ready (the engine is down, or the shared store cannot be reached): a
     # readiness probe fails; the body still reports everything else.
-    return json_response({
+    body: Health = {
         "status": "ok" if ready else "degraded",
         "store": {"kind": "redis" if h.responses.shared else "memory", "reachable": store_up},
         "model": h.model_names[0],
@@ -68,7 +125,8 @@ async def health() -> Response:
                       "background_max_jobs": registry.background_max_jobs},
         "tasks": count_tasks(),
         "stores": stores,
-    }, 200 if ready else 503)
+    }
+    return json_response(body, 200 if ready else 503)
 
 
 async def store_statistics(h: Handles) -> dict[str, BudgetStatistics]:
@@ -102,6 +160,7 @@ def count_tasks() -> int:
 
 
 @route("/metrics", methods=["GET"])
+@documented(Operation("Prometheus metrics", str, media_type="text/plain"))
 async def metrics() -> Response:
     h = handles()
     access: AccessLog = current_app.config["TRIODE_ACCESS"]

@@ -3,26 +3,26 @@ route is also mounted without the `/v1` prefix (`route`)."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable, Literal, TypedDict
 
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..service.remote import LiveResponse
 from ..errors import InvalidRequest, NotFound
-from ..responses.conversations import Paging, page
+from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
+from ..responses.objects import CompactedHistory, ResponseObject
 from ..responses.wire import CompactRequest, CreateResponse
 from ..service.turns import Started
 from ..system import Handles
 from . import sse
 from .body import json_body, json_response, query_int
+from .contract import Operation, Param, View, documented
 
 api = Blueprint("api", __name__)
 STREAM_COALESCE_SECS = 0.01
 REPLAY_EVENTS_PER_WRITE = 64
-
-View = Callable[..., Awaitable[Any]]
 
 
 def handles() -> Handles:
@@ -43,7 +43,78 @@ def route(path: str, **kwargs: Any) -> Callable[[View], View]:
 DROPPED_TOOLS_HEADER = "X-Triode-Dropped-Tools"
 
 
+# Statuses of every route that reads or writes a store (400: a store turned off; 503: a
+# shared store that cannot be reached).
+STORE_ERRORS = (400, 503)
+PAGING = (
+    Param("after", str, "list the items after the one with this id"),
+    Param("limit", int, "how many items to list", {"minimum": 1, "maximum": LIST_LIMIT_MAX,
+                                                    "default": LIST_LIMIT_DEFAULT}),
+    Param("order", Literal["asc", "desc"], "oldest first (asc) or newest first (desc)",
+          {"default": "desc"}),
+)
+
+
+class ResponseDeleted(TypedDict):
+    id: str
+    object: Literal["response.deleted"]
+    deleted: Literal[True]
+
+
+class InputTokens(TypedDict):
+    object: Literal["response.input_tokens"]
+    input_tokens: int
+
+
+class ModelObject(TypedDict):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    context_window: int
+
+
+class ModelList(TypedDict):
+    object: Literal["list"]
+    data: list[ModelObject]
+
+
+class TruncationPolicy(TypedDict):
+    mode: str
+    limit: int
+
+
+class CodexModel(TypedDict):
+    """A model as Codex CLI's model catalog describes it."""
+
+    slug: str
+    display_name: str
+    description: str
+    base_instructions: str
+    supported_reasoning_levels: list[Any]
+    shell_type: str
+    visibility: str
+    supported_in_api: bool
+    priority: int
+    supports_reasoning_summaries: bool
+    support_verbosity: bool
+    apply_patch_tool_type: str
+    truncation_policy: TruncationPolicy
+    supports_parallel_tool_calls: bool
+    context_window: int
+    experimental_supported_tools: list[Any]
+
+
+class CodexCatalog(TypedDict):
+    models: list[CodexModel]
+
+
 @route("/responses", methods=["POST"])
+@documented(Operation(
+    "Create a response", ResponseObject, body=CreateResponse, stream=True,
+    # 404: none; 429: too many background jobs (or their bytes); 503: the generation queue
+    # is full, the server is shutting down, or a shared store cannot be reached.
+    errors=(429, 503)))
 async def create_response() -> Response:
     started = await handles().turns.create(structure(await json_body(), CreateResponse))
     response = await answer_for(started)
@@ -66,6 +137,8 @@ async def answer_for(started: Started) -> Response:
 
 
 @route("/responses/input_tokens", methods=["POST"])
+@documented(Operation("Count a request's input tokens", InputTokens, body=CreateResponse,
+                      defaulted=("model",), errors=(503,)))
 async def count_input_tokens() -> Response:
     """The input's tokens exactly as `POST /v1/responses` would render them."""
     h = handles()
@@ -73,10 +146,13 @@ async def count_input_tokens() -> Response:
     if isinstance(body, dict) and "model" not in body:
         body = {**body, "model": h.model_names[0]}
     count = await h.turns.count_input_tokens(structure(body, CreateResponse))
-    return json_response({"object": "response.input_tokens", "input_tokens": count})
+    tokens: InputTokens = {"object": "response.input_tokens", "input_tokens": count}
+    return json_response(tokens)
 
 
 @route("/responses/compact", methods=["POST"])
+@documented(Operation("Compact a history", CompactedHistory, body=CompactRequest,
+                      errors=(503,)))
 async def compact_history() -> Response:
     """Summarizes a full history into kept items plus one compaction item; stores nothing."""
     req = structure(await json_body(), CompactRequest)
@@ -84,6 +160,13 @@ async def compact_history() -> Response:
 
 
 @route("/responses/<response_id>", methods=["GET"])
+@documented(Operation(
+    "Retrieve a response (or poll a background one)", ResponseObject, stream=True,
+    query=(Param("stream", bool, "replay the response's events (and follow a running one) "
+                 "as server-sent events"),
+           Param("starting_after", int, "with stream: the events after this sequence number",
+                 {"minimum": -1, "default": -1})),
+    errors=(*STORE_ERRORS, 404)))
 async def get_response(response_id: str) -> Response:
     turns = handles().turns
     stream = request.args.get("stream", "false").lower() == "true"
@@ -99,17 +182,24 @@ async def get_response(response_id: str) -> Response:
 
 
 @route("/responses/<response_id>", methods=["DELETE"])
+@documented(Operation("Delete a stored response", ResponseDeleted,
+                      errors=(*STORE_ERRORS, 404)))
 async def delete_response(response_id: str) -> Response:
     await handles().turns.delete(response_id)
-    return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+    deleted: ResponseDeleted = {"id": response_id, "object": "response.deleted",
+                                "deleted": True}
+    return json_response(deleted)
 
 
 @route("/responses/<response_id>/cancel", methods=["POST"])
+@documented(Operation("Cancel a response", ResponseObject, errors=(*STORE_ERRORS, 404)))
 async def cancel_response(response_id: str) -> Response:
     return json_response(await handles().turns.cancel(response_id))
 
 
 @route("/responses/<response_id>/input_items", methods=["GET"])
+@documented(Operation("List a response's input items", ItemPage, query=PAGING,
+                      errors=(*STORE_ERRORS, 404)))
 async def list_input_items(response_id: str) -> Response:
     args = request.args
     paging = Paging.parse(after=args.get("after"), limit=args.get("limit"),
@@ -119,15 +209,22 @@ async def list_input_items(response_id: str) -> Response:
 
 
 @route("/models", methods=["GET"])
+@documented(Operation(
+    "List the models", ModelList | CodexCatalog,
+    query=(Param("client_version", str, "Codex CLI's version: answer with Codex's model "
+                 "catalog instead"),)))
 async def list_models() -> Response:
     """OpenAI's model list; with `client_version` in the query (Codex CLI fetching its
     model catalog from a provider's `model_catalog_url`), Codex's catalog shape instead."""
     if "client_version" in request.args:
-        return json_response({"models": [codex_catalog_entry()]})
-    return json_response({"object": "list", "data": [model_object()]})
+        catalog: CodexCatalog = {"models": [codex_catalog_entry()]}
+        return json_response(catalog)
+    models: ModelList = {"object": "list", "data": [model_object()]}
+    return json_response(models)
 
 
 @route("/models/<path:model_id>", methods=["GET"])
+@documented(Operation("Retrieve a model", ModelObject, errors=(404,)))
 async def retrieve_model(model_id: str) -> Response:
     """The loaded model under any name a request's `model` may use; else 404."""
     if model_id not in handles().model_names:
@@ -143,7 +240,7 @@ CODEX_INSTRUCTIONS = (
     "workspace, run commands to check your work, and answer briefly.")
 
 
-def codex_catalog_entry() -> dict[str, Any]:
+def codex_catalog_entry() -> CodexModel:
     """The loaded model as Codex CLI's catalog describes a model: what it may send (no
     reasoning levels, function tools and a freeform apply_patch) and its context window,
     which Codex's auto-compaction works from."""
@@ -160,7 +257,7 @@ def codex_catalog_entry() -> dict[str, Any]:
             "experimental_supported_tools": []}
 
 
-def model_object() -> dict[str, Any]:
+def model_object() -> ModelObject:
     h = handles()
     return {"id": h.model_names[0], "object": "model", "created": h.started_at,
             "owned_by": "triode", "context_window": h.model.info.context_length}

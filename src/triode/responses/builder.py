@@ -10,12 +10,13 @@ import copy
 import time
 from typing import Any
 
-from .ids import new_id, usage
+from .ids import Usage, new_id, usage
 from .lifecycle import Status
+from .objects import Echo
 
 
 class ResponseBuilder:
-    def __init__(self, response_id: str, echo: dict[str, Any], *, background: bool = False,
+    def __init__(self, response_id: str, echo: Echo, *, background: bool = False,
                  created_at: int | None = None):
         self.obj: dict[str, Any] = {
             "id": response_id,
@@ -201,7 +202,7 @@ class ResponseBuilder:
 
     # ---- terminal states -----------------------------------------------------------------
 
-    def finish(self, status: Status, usage_: dict[str, Any]) -> None:
+    def finish(self, status: Status, usage_: Usage) -> None:
         """completed, or incomplete because the token limit stopped generation."""
         self._close_open_items("completed" if status is Status.COMPLETED else "incomplete")
         self.obj["status"] = status.value
@@ -211,14 +212,14 @@ class ResponseBuilder:
         kind = "response.completed" if status is Status.COMPLETED else "response.incomplete"
         self._emit(kind, response=self._snapshot())
 
-    def fail(self, code: str, message: str, usage_: dict[str, Any] | None = None) -> None:
+    def fail(self, code: str, message: str, usage_: Usage | None = None) -> None:
         self._close_open_items("incomplete")
         self.obj["status"] = Status.FAILED.value
         self.obj["error"] = {"code": code, "message": message}
         self.obj["usage"] = usage_
         self._emit("response.failed", response=self._snapshot())
 
-    def cancel(self, usage_: dict[str, Any] | None = None) -> None:
+    def cancel(self, usage_: Usage | None = None) -> None:
         """No event: OpenAI's stream has none for cancellation; the object records it."""
         for item in [self._message, self._reasoning, *self._calls.values()]:
             if item is not None:

@@ -7,13 +7,14 @@ and its items, the canonical item dicts history replays (`items.canonical`), eac
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import attrs
 
 from ..errors import InvalidRequest
 from . import wire
 from .items import canonical
+from .objects import ItemObject
 from .translate import INCLUDES, check_metadata
 
 # Items one create or items.create call may add (OpenAI's limit).
@@ -48,13 +49,37 @@ class NewItems:
 
 # ---- objects --------------------------------------------------------------------------------
 
+class ConversationObject(TypedDict):
+    id: str
+    object: Literal["conversation"]
+    created_at: int
+    metadata: dict[str, str]
+
+
+class ConversationDeleted(TypedDict):
+    id: str
+    object: Literal["conversation.deleted"]
+    deleted: Literal[True]
+
+
+class ItemPage(TypedDict):
+    """One page of a list of items (`page`), or the items one call added (`item_list`)."""
+
+    object: Literal["list"]
+    data: list[ItemObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
 def conversation_object(conversation_id: str, created_at: int,
                         metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """A `ConversationObject` (a plain dict: the store keeps it as one)."""
     return {"id": conversation_id, "object": "conversation", "created_at": created_at,
             "metadata": dict(metadata or {})}
 
 
-def deleted_object(conversation_id: str) -> dict[str, Any]:
+def deleted_object(conversation_id: str) -> ConversationDeleted:
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
@@ -114,7 +139,7 @@ class Paging:
 
 def page(items: list[dict[str, Any]], paging: Paging, *, owner: str = "conversation"
          ) -> dict[str, Any]:
-    """OpenAI's list object for one page of `items` (kept in ascending order); an `after`
+    """OpenAI's list object (an `ItemPage`) for one page of `items` (kept in ascending order); an `after`
     that names no item is a 400 naming it."""
     ordered = items if paging.order == "asc" else items[::-1]
     if paging.after is not None:
@@ -131,7 +156,8 @@ def page(items: list[dict[str, Any]], paging: Paging, *, owner: str = "conversat
 
 
 def item_list(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """The list object items.create answers with: every item it added, in order."""
+    """The list object (an `ItemPage`) items.create answers with: every item it added, in
+    order."""
     return {"object": "list", "data": items,
             "first_id": items[0]["id"] if items else None,
             "last_id": items[-1]["id"] if items else None,

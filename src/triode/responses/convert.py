@@ -1,16 +1,20 @@
 """The one cattrs Converter: JSON → wire types, strictly.
 
-Wrong types are errors (no "5" → 5, no true → 1), unknown fields are errors, and every error
-becomes an `InvalidRequest` whose `param` is the JSON path of the offending field
-(`input[2].content`), as OpenAI reports it.
+Wrong types are errors (no "5" → 5, no true → 1, no 1.5 → 1; 2.0 is the integer 2, as in JSON
+Schema), unknown fields are errors, and every error becomes an `InvalidRequest` whose `param`
+is the JSON path of the offending field (`input[2].content`), as OpenAI reports it.
 """
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Callable, Union
 
+import attrs
 import cattrs
+from cattrs.cols import list_structure_factory
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
 
 from ..errors import InvalidRequest
 from . import wire
@@ -38,10 +42,56 @@ def _json_type(value: Any) -> str:
             list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
+def _integer(value: Any, _: Any) -> int:
+    """An integer, also written as a number without a fraction (`2.0`, `1e3`): JSON and
+    JSON Schema do not tell those apart, and a client's serializer may write either."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {_json_type(value)}")
+    return value
+
+
 converter.register_structure_hook(str, _strict(str, "a string", (str,)))
-converter.register_structure_hook(int, _strict(int, "an integer", (int,), (bool,)))
+converter.register_structure_hook(int, _integer)
 converter.register_structure_hook(float, _strict(float, "a number", (int, float), (bool,)))
 converter.register_structure_hook(bool, _strict(bool, "a boolean", (bool,)))
+
+
+def _is_list(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list,)
+
+
+def _array(tp: Any) -> Hook:
+    """`list[X]` takes a JSON array only: cattrs' own hook iterates anything, so a string
+    would become its characters and an object its keys."""
+    items = list_structure_factory(tp, converter)
+
+    def hook(value: Any, t: Any) -> Any:
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {_json_type(value)}")
+        return items(value, t)
+
+    return hook
+
+
+def _object(cls: type) -> Hook:
+    """An attrs class takes a JSON object only, and says so (cattrs' own error would be
+    "'str' object has no attribute 'keys'")."""
+    fields: Hook = make_dict_structure_fn(cls, converter)
+
+    def hook(value: Any, t: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {_json_type(value)}")
+        return fields(value, t)
+
+    return hook
+
+
+converter.register_structure_hook_factory(_is_list, _array)
+converter.register_structure_hook_factory(attrs.has, _object)
+
+
 def _register(tp: Any, hook: Any) -> None:
     """Registers a hook for exactly `tp` (works for generic aliases and unions too)."""
     converter.register_structure_hook_func(lambda t: t == tp, hook)
@@ -82,10 +132,15 @@ def _content_part(value: Any, _: Any) -> wire.ContentPart:
     return part
 
 
+# Input items that may leave out `type`, as OpenAI's schema lets them: the type an item
+# without one gets, by the first of these fields it has.
+IMPLICIT_ITEM_TYPES = (("role", "message"), ("id", "item_reference"))
+
+
 def _item(value: Any, _: Any) -> wire.InputItem:
-    default = None   # OpenAI's schema lets a message and an item_reference leave out `type`
+    default = None
     if isinstance(value, dict):
-        default = "message" if "role" in value else "item_reference" if "id" in value else None
+        default = next((tag for field, tag in IMPLICIT_ITEM_TYPES if field in value), None)
     item: wire.InputItem = _tagged(value, wire.ITEM_TYPES, "input item", default)
     return item
 
@@ -107,6 +162,10 @@ def _str_or_object(value: Any, _: Any) -> Any:
     raise TypeError(f"expected a string or an object, got {_json_type(value)}")
 
 
+# The unions told apart by their members' `type` (every member's own Literal): the JSON
+# Schema of the API (http/schema.py) is generated from these same tables.
+TAGGED_UNIONS: dict[Any, dict[str, type]] = {wire.ContentPart: CONTENT_PARTS,
+                                             wire.InputItem: wire.ITEM_TYPES}
 _register(wire.ContentPart, _content_part)
 _register(wire.InputItem, _item)
 _register(Union[str, list[wire.ContentPart]], _str_or_list(wire.ContentPart))

@@ -16,6 +16,7 @@ from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
+from .objects import ConversationRef, Echo, ReasoningEcho, TextEcho
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
@@ -27,6 +28,11 @@ INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs",
             "web_search_call.action.sources", "message.input_image.image_url",
             "computer_call_output.output.image_url", "code_interpreter_call.outputs")
 MAX_STOP_SEQUENCES = 16
+# The numeric request fields' inclusive bounds (the OpenAPI document states them too).
+RANGES: dict[str, tuple[int, int]] = {
+    "temperature": (0, 2), "top_p": (0, 1), "top_logprobs": (0, 20), "top_k": (0, 100_000),
+    "min_p": (0, 1), "seed": (-(2**63), 2**63 - 1)}
+REPETITION_PENALTY_MAX = 10   # and more than 0
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
@@ -38,7 +44,7 @@ class Plan:
     messages: list[dict[str, Any]]
     sampling: Sampling
     max_output_tokens: int | None
-    echo: dict[str, Any]
+    echo: Echo
     stream: bool
     store: bool
     conversation: str | None
@@ -100,15 +106,12 @@ def check_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
 
 def validate(req: wire.CreateResponse) -> None:
     """Every check that needs nothing but the request itself."""
-    _range(req.temperature, 0, 2, "temperature")
-    _range(req.top_p, 0, 1, "top_p")
-    _range(req.top_logprobs, 0, 20, "top_logprobs")
-    _range(req.top_k, 0, 100_000, "top_k")
-    _range(req.min_p, 0, 1, "min_p")
-    _range(req.seed, -(2**63), 2**63 - 1, "seed")
-    if req.repetition_penalty is not None and not 0 < req.repetition_penalty <= 10:
-        raise InvalidRequest("Invalid value for 'repetition_penalty': must be in (0, 10]",
-                             param="repetition_penalty")
+    for param, (lo, hi) in RANGES.items():
+        _range(getattr(req, param), lo, hi, param)
+    if req.repetition_penalty is not None and \
+            not 0 < req.repetition_penalty <= REPETITION_PENALTY_MAX:
+        raise InvalidRequest("Invalid value for 'repetition_penalty': must be in "
+                             f"(0, {REPETITION_PENALTY_MAX}]", param="repetition_penalty")
     stops = stop_sequences(req)
     if len(stops) > MAX_STOP_SEQUENCES:
         raise InvalidRequest(f"Invalid value for 'stop': at most {MAX_STOP_SEQUENCES} sequences",
@@ -205,7 +208,15 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     store = True if req.store is None else req.store
     text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
                    if req.text and req.text.format else {"type": "text"})
-    echo = {
+    reasoning: ReasoningEcho = {"effort": req.reasoning.effort if req.reasoning else None,
+                                "summary": req.reasoning.summary if req.reasoning else None}
+    if req.reasoning and req.reasoning.context:
+        reasoning["context"] = req.reasoning.context
+    text: TextEcho = {"format": text_format}
+    if req.text and req.text.verbosity:
+        text["verbosity"] = req.text.verbosity
+    conversation_ref: ConversationRef | None = {"id": conversation} if conversation else None
+    echo: Echo = {
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,
         "max_tool_calls": req.max_tool_calls,
@@ -213,20 +224,16 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         "model": req.model,
         "parallel_tool_calls": parallel,
         "previous_response_id": req.previous_response_id,
-        "conversation": {"id": conversation} if conversation else None,
-        "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
-                      "summary": req.reasoning.summary if req.reasoning else None,
-                      **({"context": req.reasoning.context}
-                         if req.reasoning and req.reasoning.context else {})},
+        "conversation": conversation_ref,
+        "reasoning": reasoning,
         "store": store,
         "temperature": temperature,
-        "text": {"format": text_format,
-                 **({"verbosity": req.text.verbosity} if req.text and req.text.verbosity else {})},
+        "text": text,
         "tool_choice": choice.echo,
         "tools": [t.echo() for t in tools],
         "top_p": top_p,
         "top_logprobs": req.top_logprobs or 0,
-        "truncation": req.truncation or "disabled",
+        "truncation": "auto" if req.truncation == "auto" else "disabled",   # validated
         "user": req.user,
         "service_tier": req.service_tier or "default",
         "prompt_cache_key": req.prompt_cache_key,

@@ -18,6 +18,7 @@ from ..errors import ContextLengthExceeded
 from ..model.parsers import TextDelta, make_parser
 from ..model.request import GenerationRequest, Rendered, Sampling
 from ..responses import compaction
+from ..responses.ids import Usage
 from ..responses.ids import usage as usage_of
 from ..responses.items import chat_messages, reasoning_text
 from ..responses.translate import Plan, starts_in_reasoning
@@ -34,7 +35,7 @@ class Compaction:
     rendered: Rendered                   # ... rendered with the request's tools
     before: int                          # input tokens before
     after: int                           # input tokens after
-    usage: dict[str, Any]                # of the summary generation
+    usage: Usage                         # of the summary generation
 
 
 def _item_text(item: dict[str, Any]) -> str:
@@ -56,7 +57,7 @@ async def item_sizes(model: ModelHandle, items: list[dict[str, Any]]) -> list[in
 
 async def summarize(model: ModelHandle, instructions: str | None,
                     history: list[dict[str, Any]], max_tokens: int,
-                    template_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+                    template_kwargs: dict[str, Any]) -> tuple[str, Usage]:
     """One greedy, non-streaming generation through the model actor; returns the summary
     text (reasoning and markup stripped by the model's parser) and its usage."""
     info = model.info

@@ -16,9 +16,10 @@ from typing import Any, Callable
 
 from ..actors.store import ConversationRecord, ConversationStoreHandle
 from ..errors import NotFound
-from ..responses.conversations import (ConversationUpdate, NewConversation, NewItems, Paging,
-                                       check_include, conversation_object, deleted_object,
-                                       item_list, new_items, page)
+from ..responses.conversations import (ConversationDeleted, ConversationUpdate,
+                                       NewConversation, NewItems, Paging, check_include,
+                                       conversation_object, deleted_object, item_list,
+                                       new_items, page)
 from ..responses.translate import check_metadata
 from ..responses.ids import new_id
 
@@ -52,7 +53,7 @@ class Conversations:
         await self._store.replace_conversation(conversation)
         return conversation
 
-    async def delete(self, conversation_id: str) -> dict[str, Any]:
+    async def delete(self, conversation_id: str) -> ConversationDeleted:
         self._store.check_enabled()
         if not await self._store.delete(conversation_id):
             raise _no_conversation(conversation_id)

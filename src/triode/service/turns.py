@@ -304,7 +304,8 @@ class Turns:
         return len(rendered.tokens)
 
     async def compact(self, req: CompactRequest) -> dict[str, Any]:
-        """Summarizes a history into kept items plus one compaction item; stores nothing.
+        """Summarizes a history into kept items plus one compaction item (a
+        `CompactedHistory`); stores nothing.
         The history is `input`, after the `previous_response_id` chain if one is named (as
         OpenAI's API does; a superset of the seed, which refuses it)."""
         translate.check_model(req.model, self.model_names)
