@@ -585,7 +585,9 @@ def agent_example(rng: random.Random, *, unseen: bool = False, family: str | Non
 AGENT_STAGE_SHARE = 0.6
 
 
-def agent_stage_example(rng: random.Random) -> dict:
-    if rng.random() < AGENT_STAGE_SHARE:
+def agent_stage_example(rng: random.Random, share: float | None = None) -> dict:
+    """An agent example with probability `share` (default AGENT_STAGE_SHARE), else a tools
+    stage example."""
+    if rng.random() < (AGENT_STAGE_SHARE if share is None else share):
         return agent_example(rng)
     return tools_example(rng)

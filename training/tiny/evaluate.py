@@ -12,6 +12,7 @@ bundled one, src/triode/model/tiny).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import re
@@ -55,6 +56,14 @@ def score(family: str, expected: dict, output: str) -> bool:
         except json.JSONDecodeError:
             return False
     return output == expected_text(expected)
+
+
+def parse_stage(spec: str) -> tuple[object, int, int]:
+    """NAME:EXAMPLES:SEED[:AGENT_SHARE] -> (example generator, examples, seed)."""
+    name, examples, seed, *share = spec.split(":")
+    make = functools.partial(agent_stage_example, share=float(share[0])) if share \
+        else STAGES[name]
+    return make, int(examples), int(seed)
 
 
 def training_prompts(stages: list[tuple[object, int, int]]) -> set[str]:
@@ -173,8 +182,9 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=str(MODEL_DIR))
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--stage", action="append", default=[],
-                   help="NAME:EXAMPLES:SEED of a training stage whose prompts are excluded from "
-                        "the in-distribution set; repeatable (default: the bundled model's)")
+                   help="NAME:EXAMPLES:SEED[:AGENT_SHARE] of a training stage whose prompts are "
+                        "excluded from the in-distribution set; repeatable (default: the "
+                        "bundled model's)")
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
     args = p.parse_args(argv)
@@ -182,8 +192,7 @@ def main(argv=None) -> int:
 
     preload_blas(args.blas)
     specs = args.stage or BUNDLED_STAGES
-    stages = [(STAGES[name], int(n), int(seed))
-              for name, n, seed in (spec.split(":") for spec in specs)]
+    stages = [parse_stage(spec) for spec in specs]
     results = run(args.model, args.n, stages)
     md = table(results)
     print(md)
