@@ -35,6 +35,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -52,6 +53,9 @@ HOLD = {"model": MODEL, "input": "Reply with: a", "stream": True,
 REPLY = {"model": MODEL, "input": "Reply with: amber 77 kite", "max_output_tokens": 16}
 
 
+SERVER_LOG: list[str] = []
+
+
 def start() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "triode", "serve", "--port", "0",
                              "--log-level", "warning", "--access-log", "off", "--api-key", KEY,
@@ -61,6 +65,10 @@ def start() -> tuple[subprocess.Popen[str], str]:
     for line in proc.stderr:
         found = re.search(r"listening on (http://\S+)", line)
         if found:
+            # Keep reading the server's stderr: a full pipe would block its logging, and with
+            # it the server; what it logged is checked at the end.
+            threading.Thread(target=lambda: SERVER_LOG.extend(proc.stderr or ()),
+                             daemon=True).start()
             return proc, found.group(1)
     raise RuntimeError("server did not start")
 
@@ -329,6 +337,10 @@ def main() -> int:
     print(f"SIGTERM at the end: exit {code} after {stopped:.1f} s (--shutdown-timeout 5)")
     if code != 0 or stopped > 5 + 3 + 5:
         soak.problems.append("the shutdown took longer than --shutdown-timeout + 3 s (+5)")
+    errors = [line for line in SERVER_LOG if "Traceback" in line or " ERROR " in line]
+    print(f"server log: {len(SERVER_LOG)} lines, {len(errors)} errors or tracebacks")
+    if errors:
+        soak.problems.append(f"the server logged errors: {errors[:3]}")
     base = figures[0][1]["tasks"]
     if any(f["tasks"] > base for _, f in figures[1:]):
         soak.problems.append("tasks above the baseline after a round")

@@ -98,7 +98,10 @@ class TimedTCPServer(TCPServer):
                 self._writes.add(write)
                 try:
                     await self.stream.send_all(event.data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                except (trio.BrokenResourceError, trio.ClosedResourceError,
+                        # hypercorn's _close() (send_eof) is under way in another task: the
+                        # connection is closing, this write is moot.
+                        trio.BusyResourceError):
                     broken = True
                 finally:
                     self._writes.discard(write)
