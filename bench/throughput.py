@@ -61,9 +61,16 @@ SERVER_START_TIMEOUT = 600.0   # seconds; loading a model on a busy 2-core machi
 REQUEST_TIMEOUT = 3600.0
 WARMUP_TOKENS = 8
 
-# The random model: ~75M parameters with the bundled tokenizer's ~1k vocabulary.
-RANDOM_SIZE = dict(hidden_size=768, num_hidden_layers=12, intermediate_size=2048,
-                   num_attention_heads=12, num_key_value_heads=4, head_dim=64)
+# Random-weight models with the bundled tokenizer's ~1k vocabulary, by --model name:
+# "random", ~75M parameters; "random-0.6b", shaped like Qwen3-0.6B (hidden 1024, 28 layers,
+# 16 query / 8 KV heads of 128, MLP 3072): 0.44B parameters, the 0.6B less Qwen's
+# 151k-token embedding.
+RANDOM_SIZES = {
+    "random": dict(hidden_size=768, num_hidden_layers=12, intermediate_size=2048,
+                   num_attention_heads=12, num_key_value_heads=4, head_dim=64),
+    "random-0.6b": dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072,
+                        num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+}
 RANDOM_SEED = 0
 # Used when the bundled model has no config.json yet (its weights may still be training).
 QWEN3_BASE_CONFIG = {
@@ -509,8 +516,8 @@ def measure_server(server, one_request, model_dir: Path, prompts: list[str], con
 # Models
 
 
-def create_random_model(directory: Path) -> Path:
-    """A random-weight qwen3 model with the bundled tokenizer, the same for every seed."""
+def create_random_model(directory: Path, size: dict[str, int]) -> Path:
+    """A random-weight qwen3 model of `size` with the bundled tokenizer, the same every run."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models.qwen3 import Model, ModelArgs
@@ -521,7 +528,7 @@ def create_random_model(directory: Path) -> Path:
     bundled_config = BUNDLED_DIR / "config.json"
     config = json.loads(bundled_config.read_text()) if bundled_config.exists() else {
         **QWEN3_BASE_CONFIG, "vocab_size": tokenizer_vocab_size(BUNDLED_DIR / "tokenizer.json")}
-    config.update(RANDOM_SIZE)
+    config.update(size)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     mx.random.seed(RANDOM_SEED)
     model = Model(ModelArgs.from_dict(config))
@@ -555,12 +562,14 @@ def parameter_count(model_dir: Path) -> int:
 
 def resolve_models(names: list[str], scratch: Path) -> list[tuple[str, Path]]:
     if "all" in names:
-        names = ["bundled", "random"] + [n for n in names if n not in ("all", "bundled", "random")]
+        names = ["bundled", *RANDOM_SIZES] + [n for n in names
+                                              if n not in ("all", "bundled", *RANDOM_SIZES)]
     models = []
     for name in dict.fromkeys(names):
-        if name == "random":
-            log("creating the random model ...")
-            models.append((name, create_random_model(scratch / "random-model")))
+        if name in RANDOM_SIZES:
+            log(f"creating the {name} model ...")
+            models.append((name, create_random_model(scratch / f"{name}-model",
+                                                     RANDOM_SIZES[name])))
             continue
         path = BUNDLED_DIR if name == "bundled" else Path(name).resolve()
         missing = [f for f in ("config.json", "model.safetensors") if not (path / f).exists()]
@@ -626,7 +635,7 @@ def log(message: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append",
-                        help="bundled, random, all, or a model directory; repeatable "
+                        help="bundled, random, random-0.6b, all, or a model directory; repeatable "
                              "(default: all)")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
                         help="comma-separated levels (default: 1,8,32; smoke: 1,2)")
