@@ -61,3 +61,15 @@ def test_bad_environment_value_names_the_variable():
     """A non-numeric environment value is an error naming the variable."""
     with pytest.raises(SettingsError, match="TRIODE_PORT"):
         resolve({}, {"TRIODE_PORT": "eighty"})
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan")])
+def test_write_timeout_must_be_positive(seconds):
+    """--write-timeout 0 would cut every write: refused, naming the flag (once)."""
+    with pytest.raises(SettingsError, match="--write-timeout must be more than 0") as raised:
+        resolve({"write_timeout": seconds}, {})
+    assert str(raised.value).count("--write-timeout") == 1
+
+
+def test_write_timeout_just_above_zero_is_accepted():
+    assert resolve({"write_timeout": 0.001}, {}).write_timeout == 0.001

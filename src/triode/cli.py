@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("triode")
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triode", description="OpenAI Responses API server "
                                      "for local MLX models")

@@ -108,6 +108,9 @@ AUTH = f"Authorization: Bearer {KEY}\r\n"
 PLACEHOLDERS = {"response_id": "resp_nope", "conversation_id": "conv_nope",
                 "item_id": "msg_nope", "model_id": "no-such-model"}
 # A query each list route refuses before it looks at anything else (400 naming the field).
+# Routes that validate the body before they look the id up (BODY is a create, not theirs).
+BODY_FIRST = {("POST", "/v1/conversations/<conversation_id>"),
+              ("POST", "/v1/conversations/<conversation_id>/items")}
 OVERSIZE = f"Content-Length: {MAX_BODY_BYTES + 1}\r\n"
 BAD_QUERIES = {"/v1/responses/<response_id>": "starting_after=x",
                "/v1/responses/<response_id>/input_items": "limit=0",
@@ -135,10 +138,8 @@ def early_cases() -> Iterator[tuple[str, str, str, int]]:
         for method in sorted(methods):
             if path not in OPEN_PATHS:
                 yield method, path, "", 401
-            if "<" in rule and rule not in ("/v1/conversations/<conversation_id>",
-                                            "/v1/conversations/<conversation_id>/items") \
-                    or method == "POST" and "<" in rule:
-                yield method, path, AUTH, 404 if method != "POST" or "cancel" in path else 400
+            if "<" in rule:   # unknown ids: 404, or 400 where the body is checked first
+                yield method, path, AUTH, 400 if (method, rule) in BODY_FIRST else 404
             if method == "POST":   # too large: 413, or the answer of a route that reads none
                 yield (method, path, AUTH + OVERSIZE, 404 if path.endswith("/cancel") else 413)
         if rule in BAD_QUERIES:

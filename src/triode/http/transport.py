@@ -31,10 +31,10 @@ keep-alive timer task, so the socket sits in CLOSE-WAIT (and its tasks stay) for
 `keep_alive_timeout` (5 s) after the client left. Here the timer stops when the read loop
 ends, and the connection closes then.
 
-`install(write_timeout, shutdown_timeout)` makes hypercorn's trio worker use it. `worker_serve` looks the
-class up by name when it starts serving, after the app's lifespan startup, so `triode serve`
-installs it before serving and the app factory under plain hypercorn installs it from its
-lifespan startup.
+`install(write_timeout, shutdown_timeout)` makes hypercorn's trio worker use it.
+`worker_serve` looks the class up by name when it starts serving, after the app's lifespan
+startup, so `triode serve` installs it before serving and the app factory under plain
+hypercorn installs it from its lifespan startup.
 """
 
 from __future__ import annotations
@@ -59,12 +59,11 @@ class TimedTCPServer(TCPServer):
     # shutdown leaves writes (`--shutdown-timeout` + FLUSH_SECS); install() sets both.
     write_timeout: float = math.inf
     shutdown_grace: float = math.inf
-    _shutdown_deadline = math.inf
-    _writes: set[trio.CancelScope]
+    _shutdown_deadline = math.inf   # set once the worker stops
 
     async def run(self) -> None:
+        self._writes: set[trio.CancelScope] = set()   # the write under way, if any
         async with trio.open_nursery() as nursery:
-            self._writes: set[trio.CancelScope] = set()
             nursery.start_soon(self._cut_writes_at_shutdown)
             try:
                 await super().run()
@@ -82,17 +81,20 @@ class TimedTCPServer(TCPServer):
         """Once the worker stops, every write (this one, and any later) ends by the time
         hypercorn gives up on its connections."""
         await self.context.terminated.wait()
-        self._shutdown_deadline = trio.current_time() + min(self.shutdown_grace,
-                                                            self.config.graceful_timeout)
+        self._shutdown_deadline = trio.current_time() + self._shutdown_limit()
         for scope in self._writes:
             scope.deadline = min(scope.deadline, self._shutdown_deadline)
+
+    def _shutdown_limit(self) -> float:
+        return min(self.shutdown_grace, self.config.graceful_timeout)
 
     async def protocol_send(self, event: Event) -> None:
         if not isinstance(event, RawData):
             await super().protocol_send(event)
             return
         async with self.send_lock:
-            deadline = min(trio.current_time() + self.write_timeout, self._shutdown_deadline)
+            timed_out = trio.current_time() + self.write_timeout
+            deadline = min(timed_out, self._shutdown_deadline)
             broken = False
             with trio.CancelScope(shield=True, deadline=deadline) as write:
                 self._writes.add(write)
@@ -108,8 +110,8 @@ class TimedTCPServer(TCPServer):
             if write.cancelled_caught:
                 log.info("closing the connection from %s: it took nothing of a %d-byte write "
                          "in %g s", _peer(self), len(event.data),
-                         self.write_timeout if deadline < self._shutdown_deadline else
-                         min(self.shutdown_grace, self.config.graceful_timeout))
+                         self.write_timeout if write.deadline == timed_out else
+                         self._shutdown_limit())
                 with trio.CancelScope(shield=True):
                     await self._close()
                 broken = True

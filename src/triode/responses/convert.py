@@ -59,7 +59,7 @@ converter.register_structure_hook(bool, _strict(bool, "a boolean", (bool,)))
 
 
 def _is_list(tp: Any) -> bool:
-    return typing.get_origin(tp) in (list,)
+    return typing.get_origin(tp) is list
 
 
 def _array(tp: Any) -> Hook:
