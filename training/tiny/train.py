@@ -135,6 +135,7 @@ def train(args) -> None:
     from . import data
 
     data.AGENT_STAGE_SHARE = args.agent_share
+    data.TOOLS_STAGE_SHARE = args.tools_share
     rng = random.Random(args.seed)
     make_example = {"base": conversation, "finetune": finetune_example,
                     "tools": tools_example, "agent": agent_stage_example}[args.stage]
@@ -255,6 +256,10 @@ def main(argv=None) -> int:
     p.add_argument("--agent-share", type=float, default=0.6,
                    help="agent stage: the share of agent-shaped examples (the rest: the tools "
                         "stage's mix)")
+    p.add_argument("--tools-share", type=float, default=0.6,
+                   help="tools and agent stages: the share of tool-call conversations in the "
+                        "tools stage's mix (the rest: the fine-tune stage's mix, with recall "
+                        "and long copies)")
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--blas", default="auto", help="auto|mkl|none: BLAS preloaded before MLX")
     p.add_argument("--skip-eval", action="store_true")
