@@ -299,6 +299,7 @@ def free_port() -> int:
 
 
 TRIODE_ENV: dict[str, str] = {}   # --triode-env: extra environment for the (b) server only
+EXTRA_TRIODE_FLAGS: list[str] = []  # more flags for every triode server (bench/agent.py's variants)
 REF_SRC: list[Path] = []          # --ref-src: the source tree the (b-ref) server runs
 
 
@@ -308,7 +309,7 @@ def triode_process(model_dir: Path, concurrency: int,
     """A triode server: (its URL, its process)."""
     cmd = [sys.executable, "-m", "triode", "serve", "--host", "127.0.0.1", "--port", "0",
            "--model", str(model_dir), "--model-alias", ALIAS, "--parallel", str(concurrency),
-           "--log-level", "warning"]
+           "--log-level", "warning", *EXTRA_TRIODE_FLAGS]
     with child_process(cmd, env={**os.environ, **TRIODE_ENV}, log_path=log_path) as proc:
         match = wait_for_log_line(proc, log_path, r"triode listening on (http://\S+)")
         yield match.group(1), proc
@@ -336,11 +337,13 @@ def triode_ref_server(model_dir: Path, concurrency: int, log_path: Path) -> Iter
 
 
 @contextmanager
-def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path) -> Iterator[str]:
+def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path, *,
+                  stock: bool = False) -> Iterator[str]:
+    """mlx_lm.server on the BLAS triode uses, or (`stock`) as installed: MLX's own BLAS."""
     from triode.model.blas import find_mkl
 
     env = dict(os.environ)
-    mkl = find_mkl()
+    mkl = None if stock else find_mkl()
     if mkl is not None and platform.system() == "Linux":
         # The same BLAS triode preloads, the same way: first in the global lookup scope.
         env["LD_PRELOAD"] = " ".join(filter(None, [str(mkl), env.get("LD_PRELOAD")]))

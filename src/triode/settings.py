@@ -72,6 +72,10 @@ class Settings:
     prompt_cache_bytes: int = flag(
         2147483648, "byte budget of the KV caches kept for reuse by prompts that start the "
         "same way (LRU); 0 turns the prompt cache and the reasoning echo off")
+    prefill_chunk: int = flag(
+        0, "prompt tokens prefilled per engine step while other sequences decode: 0 = auto "
+        "(sized from measured step times so a long prompt slows running streams by at most "
+        "about half a step), N = N tokens (mlx-lm's own default is 2048)")
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any, Callable, Sequence, cast
 
 import attrs
 
 from . import blas
 from .loading import ModelInfo, describe, load
+from .pacing import PrefillPacer
 from .request import GenerationRequest, Sampling
 
 log = logging.getLogger(__name__)
@@ -193,12 +195,15 @@ class _Sequence:
     top_logprobs: int | None  # None: no logprobs
     cached_tokens: int        # prompt tokens the prompt cache supplied, until the 1st output
     cache_namespace: str      # where its finished KV cache is kept
+    decoding: bool = False    # its prompt is prefilled (it has produced an output)
 
 
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
-                 blas_threads: int = 0, prompt_cache_bytes: int = 0):
+                 blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0):
         self.model_name = model
+        self.prefill_chunk = prefill_chunk
+        self.prefill_batch = min(parallel, 8)   # prompts prefilled together
         self.parallel = parallel
         self.context_length = context_length
         self.blas_threads = blas_threads
@@ -218,7 +223,7 @@ class Engine:
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
             completion_batch_size=self.parallel,
-            prefill_batch_size=min(self.parallel, 8),
+            prefill_batch_size=self.prefill_batch,
             stream=stream,
         )
         cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
@@ -226,6 +231,7 @@ class Engine:
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         outputs: list[StepOutput] = []
+        pacer = PrefillPacer(self.prefill_chunk)
         try:
             while True:
                 commands = exchange(outputs, not running,
@@ -241,9 +247,18 @@ class Engine:
                         del by_generator[seq.generator_uid]
                 if not running:
                     continue
-                _, responses = generator.next()
+                decoding = sum(seq.decoding for seq in running.values())
+                generator.prefill_step_size = pacer.chunk(
+                    decoding=decoding, prefilling=min(len(running) - decoding, self.prefill_batch))
+                began = time.perf_counter()
+                with generator.stats() as stats:
+                    _, responses = generator.next()
+                pacer.observe(seconds=time.perf_counter() - began,
+                              prompt_tokens=stats.prompt_tokens,
+                              prompt_seconds=stats.prompt_time)
                 for r in responses:
                     seq = by_generator[r.uid]
+                    seq.decoding = True
                     if r.finish_reason != "stop":
                         seq.detokenizer.add_token(r.token)
                     entry = None
