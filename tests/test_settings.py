@@ -73,3 +73,25 @@ def test_write_timeout_must_be_positive(seconds):
 
 def test_write_timeout_just_above_zero_is_accepted():
     assert resolve({"write_timeout": 0.001}, {}).write_timeout == 0.001
+
+
+@pytest.mark.parametrize("bits", [-1, 1, 3, 7, 16])
+def test_kv_bits_other_than_0_4_8_are_refused(bits):
+    with pytest.raises(SettingsError, match="--kv-bits must be 0, 4 or 8") as raised:
+        resolve({"kv_bits": bits}, {})
+    assert str(raised.value).count("--kv-bits") == 1
+
+
+@pytest.mark.parametrize("bits", [0, 4, 8])
+def test_kv_bits_0_4_8_are_accepted(bits):
+    assert resolve({"kv_bits": bits}, {}).kv_bits == bits
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 2048, 100000])
+def test_prefill_chunk_is_0_for_auto_or_a_token_count(tokens):
+    assert resolve({"prefill_chunk": tokens}, {}).prefill_chunk == tokens
+
+
+def test_prefill_chunk_below_zero_is_refused():
+    with pytest.raises(SettingsError, match="--prefill-chunk must be 0 or more"):
+        resolve({"prefill_chunk": -1}, {})

@@ -76,6 +76,10 @@ class Settings:
         0, "prompt tokens prefilled per engine step while other sequences decode: 0 = auto "
         "(sized from measured step times so a long prompt slows running streams by at most "
         "about half a step), N = N tokens (mlx-lm's own default is 2048)")
+    kv_bits: int = flag(
+        0, "quantize the KV cache to 8 or 4 bits (mlx-lm's quantization, groups of 64), "
+        "batched: more sequences and longer contexts per GiB, at some accuracy cost; 0 = "
+        "the model's own precision. Needs a model whose layers all use a plain KV cache")
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")
@@ -130,6 +134,8 @@ class Settings:
                             f"{', '.join(STORE_SCHEMES)} (got {self.store!r})")
         if not self.write_timeout > 0:
             problems.append(f"--write-timeout must be more than 0 (got {self.write_timeout})")
+        if self.kv_bits not in (0, 4, 8):
+            problems.append(f"--kv-bits must be 0, 4 or 8 (got {self.kv_bits})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:

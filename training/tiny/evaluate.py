@@ -133,6 +133,9 @@ def run(model_dir: str, n: int, stages) -> dict:
     return results
 
 
+KV_BITS = 0   # --kv-bits: measure with triode's batched quantized KV cache
+
+
 def measure(model, tokenizer, family: str, exs: list[dict]) -> dict:
     from mlx_lm.generate import batch_generate
 
@@ -142,7 +145,12 @@ def measure(model, tokenizer, family: str, exs: list[dict]) -> dict:
             prompt_messages(ex), tools=ex["tools"] or None,
             add_generation_prompt=True, tokenize=False)
         prompts.append(tokenizer.encode(text, add_special_tokens=False))
-    resp = batch_generate(model, tokenizer, prompts, max_tokens=128)
+    caches = None
+    if KV_BITS:
+        from triode.model.kvquant import quantized_cache
+
+        caches = [quantized_cache(model, KV_BITS) for _ in prompts]
+    resp = batch_generate(model, tokenizer, prompts, max_tokens=128, prompt_caches=caches)
     ok = 0
     failures = []
     for ex, text in zip(exs, resp.texts):
@@ -187,7 +195,13 @@ def main(argv=None) -> int:
                         "bundled model's)")
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
+    p.add_argument("--kv-bits", type=int, default=0, choices=(0, 4, 8),
+                   help="quantize the KV cache as `triode serve --kv-bits` does")
     args = p.parse_args(argv)
+    if args.write_readme and args.kv_bits:
+        p.error("--write-readme records the model as it ships: not with --kv-bits")
+    global KV_BITS
+    KV_BITS = args.kv_bits
     from triode.model.blas import preload_blas
 
     preload_blas(args.blas)

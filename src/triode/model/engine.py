@@ -200,8 +200,10 @@ class _Sequence:
 
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
-                 blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0):
+                 blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
+                 kv_bits: int = 0):
         self.model_name = model
+        self.kv_bits = kv_bits
         self.prefill_chunk = prefill_chunk
         self.prefill_batch = min(parallel, 8)   # prompts prefilled together
         self.parallel = parallel
@@ -218,6 +220,12 @@ class Engine:
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length),
                             blas_threads=threads)
+        new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
+        if self.kv_bits:
+            from .kvquant import quantized_cache
+
+            quantized_cache(model, self.kv_bits)   # refuses models it cannot serve, now
+            new_cache = functools.partial(quantized_cache, model, self.kv_bits)
         stream = mx.new_stream(mx.default_device())
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
@@ -239,7 +247,7 @@ class Engine:
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
-                        seq = self._insert(generator, cache, tokenizer, cmd)
+                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache)
                         running[seq.uid] = by_generator[seq.generator_uid] = seq
                     elif cmd.uid in running:
                         seq = running.pop(cmd.uid)
@@ -279,7 +287,7 @@ class Engine:
 
     @staticmethod
     def _insert(generator: Any, cache: PromptCache | None, tokenizer: Any,
-                cmd: Insert) -> _Sequence:
+                cmd: Insert, new_cache: Callable[[], Any]) -> _Sequence:
         """Adds one sequence to the batch, starting from the longest cached prefix."""
         request = cmd.request
         extra = {}
@@ -290,6 +298,8 @@ class Engine:
         namespace = request.cache_key or PROMPT_CACHE_KEY
         kv, rest = cache.fetch(prompt, namespace) if cache is not None else (None, prompt)
         reused = len(prompt) - len(rest)
+        if kv is None:
+            kv = new_cache()
         (generator_uid,) = generator.insert(
             [rest], [request.max_tokens], caches=[kv], all_tokens=[prompt[:reused]],
             samplers=[sampler_for(request.sampling)], **extra)
