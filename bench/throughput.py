@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -53,9 +54,10 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_DIR = REPO / "src" / "triode" / "model" / "tiny"
-PATHS = ("a", "a-builtin", "b", "b-ref", "c")
+PATHS = ("a", "a-builtin", "b", "b-ref", "c", "c-stock")
 PATH_NAMES = {"a": "(a) mlx-lm", "a-builtin": "(a) builtin BLAS", "b": "(b) triode",
-              "b-ref": "(b-ref) triode at --ref-src", "c": "(c) mlx_lm.server"}
+              "b-ref": "(b-ref) triode at --ref-src", "c": "(c) mlx_lm.server",
+              "c-stock": "(c-stock) mlx_lm.server, stock install"}
 ALIAS = "bench"
 SERVER_START_TIMEOUT = 600.0   # seconds; loading a model on a busy 2-core machine is slow
 REQUEST_TIMEOUT = 3600.0
@@ -601,7 +603,7 @@ def markdown_table(results: dict[tuple[int, str], Result | None], levels: list[i
         return a / b if a and b else None
 
     ratios = [(f"{t}/{b}", t, b) for t, b in (("b", "a"), ("b-ref", "a"), ("b", "b-ref"),
-                                              ("b", "c"), ("a", "a-builtin"))
+                                              ("b", "c"), ("b", "c-stock"), ("a", "a-builtin"))
               if t in paths and b in paths]
     header = (["C"] + [f"{PATH_NAMES[p]} tok/s" for p in paths]
               + [f"{PATH_NAMES[p]} TTFT p50 ms" for p in paths] + [name for name, _, _ in ratios])
@@ -734,7 +736,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     model_dir, prompts, level, args.max_tokens,
                                                     server_log)
                         else:
-                            result = measure_server(mlx_lm_server, chat_request_for(model_dir),
+                            server = (mlx_lm_server if path == "c" else
+                                      functools.partial(mlx_lm_server, stock=True))
+                            result = measure_server(server, chat_request_for(model_dir),
                                                     model_dir, prompts, level, args.max_tokens,
                                                     server_log)
                     except Exception:
