@@ -58,11 +58,27 @@ def score(family: str, expected: dict, output: str) -> bool:
     return output == expected_text(expected)
 
 
+def with_tools_share(make, share: float):
+    """`make` with data.TOOLS_STAGE_SHARE (train.py's --tools-share) set while it runs."""
+    from . import data
+
+    def made(rng):
+        saved, data.TOOLS_STAGE_SHARE = data.TOOLS_STAGE_SHARE, share
+        try:
+            return make(rng)
+        finally:
+            data.TOOLS_STAGE_SHARE = saved
+
+    return made
+
+
 def parse_stage(spec: str) -> tuple[object, int, int]:
-    """NAME:EXAMPLES:SEED[:AGENT_SHARE] -> (example generator, examples, seed)."""
-    name, examples, seed, *share = spec.split(":")
-    make = functools.partial(agent_stage_example, share=float(share[0])) if share \
+    """NAME:EXAMPLES:SEED[:AGENT_SHARE[:TOOLS_SHARE]] -> (example generator, examples, seed)."""
+    name, examples, seed, *shares = spec.split(":")
+    make = functools.partial(agent_stage_example, share=float(shares[0])) if shares \
         else STAGES[name]
+    if len(shares) > 1:
+        make = with_tools_share(make, float(shares[1]))
     return make, int(examples), int(seed)
 
 
@@ -190,9 +206,9 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=str(MODEL_DIR))
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--stage", action="append", default=[],
-                   help="NAME:EXAMPLES:SEED[:AGENT_SHARE] of a training stage whose prompts are "
-                        "excluded from the in-distribution set; repeatable (default: the "
-                        "bundled model's)")
+                   help="NAME:EXAMPLES:SEED[:AGENT_SHARE[:TOOLS_SHARE]] of a training stage "
+                        "whose prompts are excluded from the in-distribution set; repeatable "
+                        "(default: the bundled model's)")
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
     p.add_argument("--kv-bits", type=int, default=0, choices=(0, 4, 8),

@@ -208,7 +208,9 @@ def train(args) -> None:
         (out / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
         meta = {"stage": args.stage, "init_from": args.init_from, "steps": steps, "train_seconds": round(wall), "parameters": n_params,
                 "examples": len(rows), "tokens_seen": seen, "seed": args.seed,
-                "ranks": size, "tokens_per_batch": args.tokens_per_batch, "lr": args.lr}
+                "ranks": size, "tokens_per_batch": args.tokens_per_batch, "lr": args.lr,
+                "agent_share": args.agent_share, "tools_share": args.tools_share,
+                "max_len": args.max_len}
         (work / f"train_meta_{args.stage}.json").write_text(json.dumps(meta, indent=2) + "\n")
         log(f"saved to {out} after {wall:.0f}s")
 
