@@ -83,6 +83,13 @@ class Settings:
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")
+    speculative: str = flag(
+        "ngram", "speculative decoding: `ngram` drafts tokens from each sequence's own prompt "
+        "and output (prompt lookup, no draft model) and verifies them in the batch's one "
+        "forward pass per step, exactly (greedy output is unchanged, sampling keeps its "
+        "distribution); `off` decodes one token per step. Default ngram: it measured faster "
+        "on text that repeats its prompt and no slower elsewhere (docs/benchmarks.md)",
+        choices=("ngram", "off"))
     log_level: str = flag("info", "logging level",
                           choices=("debug", "info", "warning", "error"))
     access_log: str = flag(

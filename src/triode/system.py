@@ -191,7 +191,8 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
             max_queue=settings.max_queue, context_length=settings.context_length,
             blas_threads=settings.blas_threads,
             prompt_cache_bytes=settings.prompt_cache_bytes,
-            prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits).run)
+            prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
+            speculative=settings.speculative).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)
         raise load_failure(path, exc) from None

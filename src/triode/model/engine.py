@@ -100,7 +100,9 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
         key, step = mx.random.split(key)
         return mx.random.categorical(logprobs * (1 / sampling.temperature), key=step)
 
-    return sample
+    from .speculative import one_token_per_call
+
+    return one_token_per_call(sample)   # its key must split once per token, drafted or not
 
 
 def logits_processors_for(request: GenerationRequest, tokenizer: Any) -> tuple[list[Any], Any]:
@@ -201,7 +203,7 @@ class _Sequence:
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
                  blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
-                 kv_bits: int = 0):
+                 kv_bits: int = 0, speculative: str = "off"):
         self.model_name = model
         self.kv_bits = kv_bits
         self.prefill_chunk = prefill_chunk
@@ -210,6 +212,7 @@ class Engine:
         self.context_length = context_length
         self.blas_threads = blas_threads
         self.prompt_cache_bytes = prompt_cache_bytes
+        self.speculative = speculative   # "ngram": prompt-lookup drafts (speculative.py)
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
         import mlx.core as mx
@@ -234,6 +237,10 @@ class Engine:
             prefill_batch_size=self.prefill_batch,
             stream=stream,
         )
+        if self.speculative == "ngram":
+            from . import speculative
+
+            speculative.install(generator)   # one StepOutput per token still, in order
         cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
         started(info, tokenizer)
         running: dict[int, _Sequence] = {}   # our uid → its record

@@ -6,23 +6,25 @@ long runs of the prompt). One forward pass per step verifies every row's draft a
 
 It lives in `SpeculativeBatch`, a `GenerationBatch` (mlx-lm's decode-phase batch) that
 `install` puts into a `BatchGenerator`: the generator still prefills, joins and removes
-sequences; only its decode step changes. A step with no draft anywhere is mlx-lm's own
-pipelined single-token step, so speculation costs nothing where there is nothing to copy.
+sequences; only its decode step changes. A step with no draft worth its cost (`plan`) is
+mlx-lm's own pipelined single-token step, so speculation costs nothing where there is nothing
+to copy.
 
 **Row state.** mlx-lm keeps per row the tokens in the KV cache (`tokens[i]`) and one sampled
 token `x` not yet fed (`_next_tokens[i]`, emitted by the step that feeds it). A speculative
-step adds `forced[i]`: tokens already emitted whose KV was computed but trimmed (below).
-A row's input is `forced + [x] + draft`, right-padded to the batch's longest row, L.
+step feeds each row `[x] + draft`, right-padded to the batch's longest row, emits x and the
+accepted draft tokens, and samples the next x.
 
-**Lockstep cache.** mlx-lm's `BatchKVCache` has one write position for the whole batch, so
-after the forward pass every layer cache is trimmed by the same amount, back to `m`: the
-fewest valid new positions over the rows (a row's valid positions are its forced tokens, x
-and its accepted draft tokens). Each row's valid tokens beyond `m` become its `forced` for the
-next step, fed again (and recomputed exactly: the same tokens at the same positions). A row's
-input is capped at MAX_DRAFT + 1 tokens, so rows never drift further apart than that. When no
-row has a draft but some have forced tokens, a "settle" step feeds them right-padded and lets
-the cache roll each row into place (mlx-lm's `prepare`/`finalize`, as prefill does): one
-whole-cache copy, only when speculation pauses, after which plain steps resume.
+**KV cache with holes.** mlx-lm's `BatchKVCache` has one write position for the whole batch:
+every row gets the step's full width, but rows accept different numbers of draft tokens.
+Trimming every row back to the fewest accepted ("lockstep") makes the batch only as fast as
+its slowest row and re-feeds the others' tokens; rolling each row into place copies the whole
+cache every step. Here the rejected and padding positions stay in the cache as holes:
+`HoleyKVCache` (a `BatchKVCache`) masks them out of attention and each row's RoPE offset
+counts only its kept tokens, so every row advances by exactly what it accepted and each
+position's keys are those plain decoding would compute. When holes make up a quarter of the
+cache, one gather compacts it. Batches with other caches (rotating, quantized) do not
+speculate.
 
 **Exactness.** Each verified position is sampled with the row's own sampler from the same
 (processed) distribution plain decoding would use there, and a draft token is accepted iff it
@@ -31,29 +33,39 @@ next sample the bonus. With a point-mass draft this is speculative sampling's ru
 token d is accepted with probability p(d); on rejection the sample is distributed as p with d
 removed and renormalised. Greedy decoding is the argmax, so the output is identical to plain
 decoding's; a seeded sampler is called once per emitted token in order, as plain decoding
-calls it, so a seed gives the same tokens with or without speculation.
-
-Rows with logits processors (grammars, repetition penalties) never draft. Only batches whose
-layer caches are all `BatchKVCache`, or `BatchRotatingKVCache` that has room left before it
-rotates, speculate.
+calls it, so a seed gives the same tokens with or without speculation. Rows with logits
+processors (grammars, repetition penalties) never draft.
 """
 
 from __future__ import annotations
 
+import importlib
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import attrs
 import mlx.core as mx
-from mlx_lm.generate import GenerationBatch, greedy_sampler
-from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache
+
+# mlx-lm's classes, untyped: subclassed and called as Any.
+_generate = importlib.import_module("mlx_lm.generate")
+_cache = importlib.import_module("mlx_lm.models.cache")
+GenerationBatch: Any = _generate.GenerationBatch
+BatchKVCache: Any = _cache.BatchKVCache
+KVCache: Any = _cache.KVCache
+greedy_sampler: Any = _generate.greedy_sampler
 
 NGRAM_SIZES = (3, 2)      # the suffix lengths looked up, longest first
-MAX_DRAFT = 8             # draft tokens per row and step; also the most rows drift apart
+MAX_DRAFT = 8             # draft tokens per row and step
 FIRST_DRAFT = 4           # a row's draft length until its acceptance adapts it
 MISSES_BEFORE_PAUSE = 2   # drafts in a row with nothing accepted before drafting pauses
 FIRST_PAUSE = 4           # steps; doubles on each pause with no acceptance between
 MAX_PAUSE = 64
+PRIOR_ACCEPTANCE = 0.75   # a row's per-token acceptance estimate before it has drafted
+ACCEPTANCE_MEMORY = 0.8   # decay of its acceptance counts per draft
+PLAIN_ADVANTAGE = 1.1     # plain steps overlap the host's work with MLX's; speculative
+                          # steps wait for their tokens: they must promise this much more
+COMPACT_SHARE = 0.25      # holes, as a share of the cache's positions, that trigger compaction
+COMPACT_MIN = 32          # ... once there are at least this many
 
 # Samplers that keep per-sequence random state (a seeded request's key): called one position
 # at a time, once per emitted token, exactly as plain decoding calls them.
@@ -74,17 +86,14 @@ class NgramIndex:
         self._last_end: dict[tuple[int, ...], int] = {}
         self._indexed = 0   # n-grams ending at or before this position are in _last_end
 
-    def catch_up(self, in_cache: list[int], forced: list[int]) -> None:
-        """Appends what of `in_cache + forced` (append-only) it does not hold yet."""
-        have = len(self.tokens)
-        if have < len(in_cache):
-            self.tokens += in_cache[have:]
-            self.tokens += forced
-        else:
-            self.tokens += forced[have - len(in_cache):]
+    def catch_up(self, tokens: list[int]) -> None:
+        """Appends what of `tokens` (which only ever grows) it does not hold yet."""
+        if len(self.tokens) < len(tokens):
+            self.tokens += tokens[len(self.tokens):]
 
     def propose(self, k: int) -> list[int]:
-        """Up to `k` tokens that followed the latest earlier occurrence of the suffix."""
+        """`k` tokens that followed the latest earlier occurrence of the suffix (longest
+        first of NGRAM_SIZES), or none."""
         tokens, end = self.tokens, len(self.tokens)
         if k <= 0 or end < 2:
             return []
@@ -97,7 +106,10 @@ class NgramIndex:
             if end > n:
                 start = self._last_end.get(tuple(tokens[end - n:]))
                 if start is not None:
-                    return tokens[start:start + k]
+                    # What followed runs into the suffix itself in a repeating stretch: the
+                    # proposal then continues its period.
+                    period = end - start
+                    return [tokens[start + j % period] for j in range(k)]
         return []
 
 
@@ -106,13 +118,20 @@ class _Row:
     """Speculation's record of one sequence of the batch."""
 
     index: NgramIndex
-    forced: list[int] = attrs.field(factory=list)   # emitted, KV trimmed: fed again
     draft_len: int = FIRST_DRAFT
     misses: int = 0      # consecutive drafts with nothing accepted
     paused: int = 0      # steps left without drafting
     pause: int = FIRST_PAUSE
+    hits: float = PRIOR_ACCEPTANCE   # decayed counts of accepted / verified draft tokens
+    tries: float = 1.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.hits / self.tries
 
     def adapt(self, drafted: int, accepted: int) -> None:
+        self.hits = ACCEPTANCE_MEMORY * self.hits + accepted
+        self.tries = ACCEPTANCE_MEMORY * self.tries + accepted + (accepted < drafted)
         if accepted == drafted:
             self.draft_len = min(MAX_DRAFT, self.draft_len + 2)
         else:
@@ -126,18 +145,178 @@ class _Row:
             self.pause = min(MAX_PAUSE, self.pause * 2)
 
 
-def install(generator: Any) -> None:
+def expected_accepted(acceptance: float, draft: int) -> float:
+    """Draft tokens accepted on average when each is accepted with this probability."""
+    return sum(acceptance ** j for j in range(1, draft + 1))
+
+
+def plan(offers: list[int], acceptance: list[float], knee: float) -> list[int]:
+    """Each row's draft length (at most its `offers`) for the step that promises the most
+    tokens per unit of time; all 0 when a plain step does.
+
+    A row of the step feeds its unfed token and its draft; every row is padded to the longest.
+    A forward pass over N tokens is taken to cost `knee + N` (in units of one token's marginal
+    cost): `knee` is the fixed cost of a step."""
+    rows = len(offers)
+    best_rate = PLAIN_ADVANTAGE * rows / (knee + rows)
+    best = [0] * rows
+    for width in range(2, min(max(offers), MAX_DRAFT) + 2):
+        drafts = [min(o, width - 1) for o in offers]
+        gain = sum(1 + expected_accepted(a, d) for a, d in zip(acceptance, drafts))
+        rate = gain / (knee + rows * width)
+        if rate > best_rate:
+            best_rate, best = rate, drafts
+    return best
+
+
+def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
+    """The model's fixed cost of a forward pass in units of its cost per token (`plan`'s
+    knee), from the fastest of a few passes over 1 and over `tokens` tokens."""
+    import time
+
+    from mlx_lm.models.cache import make_prompt_cache
+
+    def fastest(n: int) -> float:
+        times = []
+        for _ in range(repeats):
+            cache = make_prompt_cache(model)
+            start = time.perf_counter()
+            mx.eval(model(mx.zeros((1, n), dtype=mx.int32), cache=cache))
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    one, many = fastest(1), fastest(tokens)
+    per_token = max(many - one, 1e-9) / (tokens - 1)
+    return min(max(one / per_token, 1.0), 1024.0)
+
+
+def install(generator: Any, knee: float | None = None) -> None:
     """Makes `generator` (an mlx-lm BatchGenerator with nothing running) decode
-    speculatively."""
+    speculatively; `knee` as `plan` takes it (default: `calibrate`d on its model)."""
     assert len(generator._generation_batch) == 0, "install before inserting sequences"
-    generator._generation_batch = SpeculativeBatch.empty(generator.model, generator.sampler)
+    batch = SpeculativeBatch.empty(generator.model, generator.sampler)
+    with mx.stream(generator.stream):
+        batch.knee = calibrate(generator.model) if knee is None else knee
+    generator._generation_batch = batch
+
+
+class HoleyKVCache(BatchKVCache):  # type: ignore[misc]   # mlx-lm is untyped
+    """A BatchKVCache whose rows may have holes: positions a speculative step wrote but the
+    row did not keep (rejected draft tokens, padding). Attention skips them; the row's RoPE
+    offset counts only what it kept. `kept` covers positions [0, its width); later positions
+    (plain steps') are all kept."""
+
+    kept: Any = None   # bool (rows, width) or None: no holes
+    keys: Any          # BatchKVCache's own, set in its methods
+    values: Any
+    offset: Any
+    left_padding: Any
+    _idx: int
+
+    @classmethod
+    def adopt(cls, cache: Any) -> "HoleyKVCache":
+        """`cache`, a BatchKVCache, as one of these (same object, no copy)."""
+        if type(cache) is not cls:
+            cache.__class__ = cls
+            cache.kept = None
+        return cast(HoleyKVCache, cache)
+
+    def _kept_until(self, end: int) -> Any:
+        kept = self.kept
+        if kept.shape[1] < end:
+            kept = mx.concatenate(
+                [kept, mx.ones((kept.shape[0], end - kept.shape[1]), dtype=mx.bool_)], axis=1)
+        return kept[:, :end]
+
+    def make_mask(self, N: int, return_array: bool = False, **kwargs: Any) -> Any:
+        mask = super().make_mask(N, return_array=return_array, **kwargs)
+        if self.kept is None:
+            return mask
+        return mask & self._kept_until(self._idx + N)[:, None, None, :]
+
+    def keep(self, width: int, kept: Any) -> None:
+        """After a step wrote `width` positions: row i keeps the first kept[i] of them."""
+        block = mx.arange(width)[None, :] < kept[:, None]
+        start = self._idx - width
+        before = (self._kept_until(start) if self.kept is not None
+                  else mx.ones((block.shape[0], start), dtype=mx.bool_))
+        self.kept = mx.concatenate([before, block], axis=1)
+        self.offset = self.offset - (width - kept)
+
+    def holes(self) -> int:
+        """Positions beyond the longest row's start that hold nothing (over all rows)."""
+        if self.kept is None:
+            return 0
+        return cast(int, (~self._kept_until(self._idx)).sum().item())
+
+    def compact(self) -> None:
+        """Moves every row's kept positions together, right-aligned: one gather."""
+        if self.kept is None or self.keys is None:
+            return
+        kept = self._kept_until(self._idx)
+        positions = mx.arange(self._idx)[None, :]
+        valid = kept & (positions >= self.left_padding[:, None])
+        counts = valid.sum(axis=1).astype(mx.int32)
+        width = cast(int, counts.max().item())
+        # Row i's kept positions in order, last: sort holes (keyed by position) before them
+        # (keyed by position + the cache's length).
+        order = mx.argsort(mx.where(valid, positions + self._idx, positions), axis=1)
+        index = order[:, self._idx - width:][:, None, :, None]
+        self.keys = mx.take_along_axis(self.keys[..., :self._idx, :], index, axis=2)
+        self.values = mx.take_along_axis(self.values[..., :self._idx, :], index, axis=2)
+        self.left_padding = width - counts
+        self._idx = width
+        self.kept = None
+
+    def extract(self, idx: int) -> Any:
+        if self.kept is None:
+            return super().extract(idx)
+        padding = cast(int, self.left_padding[idx].item())
+        row = cast(list[bool], self._kept_until(self._idx)[idx].tolist())
+        positions = mx.array([p for p in range(padding, self._idx) if row[p]])
+        cache = KVCache()
+        cache.keys = mx.contiguous(self.keys[idx:idx + 1, :, positions])
+        cache.values = mx.contiguous(self.values[idx:idx + 1, :, positions])
+        cache.offset = cache.keys.shape[2]
+        return cache
+
+    def filter(self, batch_indices: Any) -> None:
+        before = self._idx
+        super().filter(batch_indices)
+        if self.kept is not None:
+            self.kept = self._kept_until(before)[mx.array(batch_indices)][:, before - self._idx:]
+
+    def extend(self, other: Any) -> None:
+        """Appends `other`'s rows (mlx-lm right-aligns both sides' positions)."""
+        sides = [(self.kept, self._idx, len(self.offset)),
+                 (getattr(other, "kept", None), other._idx, len(other.offset))]
+        super().extend(other)
+        if all(kept is None for kept, _, _ in sides):
+            return
+        blocks = []
+        for kept, idx, rows in sides:
+            block = mx.ones((rows, self._idx), dtype=mx.bool_)
+            if kept is not None:
+                covered = min(kept.shape[1], idx)
+                shift = self._idx - idx
+                block[:, shift:shift + covered] = kept[:, :covered]
+            blocks.append(block)
+        self.kept = mx.concatenate(blocks, axis=0)
 
 
 class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is untyped
     """mlx-lm's decode batch with prompt-lookup drafts verified in one pass per step."""
 
+    knee = 32.0   # `plan`'s: set by `install`
+    _next_tokens: Any   # GenerationBatch's own, set in its methods
+    _next_logprobs: list[Any]
+    _current_tokens: Any
+
     def __init__(self, *args: Any, **kwargs: Any):
         self._rows: dict[int, _Row] = {}   # by generator uid
+        # Steps by kind, draft tokens verified and accepted (for benchmarks and tests).
+        self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted"),
+                                    0)
         super().__init__(*args, **kwargs)
 
     def filter(self, keep: list[int]) -> None:
@@ -150,9 +329,13 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         if not self.uids:
             return []
         rows = self._rows_in_order()
-        if not any(r.forced for r in rows) and not self._may_draft(rows):
-            return list(super().next())
+        if not self._speculates() or not self._may_draft(rows):
+            return self._plain_next()
         return self._speculative_next(rows)
+
+    def _plain_next(self) -> list[Any]:
+        self.counts["plain"] += 1
+        return list(super().next())
 
     # -- state ---------------------------------------------------------------------------
 
@@ -162,94 +345,83 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             row = self._rows.get(uid)
             if row is None:
                 row = self._rows[uid] = _Row(NgramIndex(self.tokens[i]))
-            row.index.catch_up(self.tokens[i], row.forced)
+            row.index.catch_up(self.tokens[i])
             if row.paused:
                 row.paused -= 1
             rows.append(row)
         return rows
 
+    def _speculates(self) -> bool:
+        """Whether this batch's caches can have holes (plain BatchKVCache in every layer)."""
+        return all(type(c) is BatchKVCache or type(c) is HoleyKVCache
+                   for c in self.prompt_cache)
+
     def _drafting(self, i: int, row: _Row) -> bool:
         return not row.paused and not (self.logits_processors and self.logits_processors[i])
 
-    def _may_draft(self, rows: list[_Row]) -> bool:
-        """Whether a row has a candidate draft, judged before its sampled-but-unfed token is
-        known (waiting for it would stall mlx-lm's pipelined step): the lookup's first token
-        stands in for it."""
-        if not self._cache_has_room(MAX_DRAFT + 1):
-            return False
-        return any(self._drafting(i, row) and len(row.index.propose(row.draft_len + 1)) > 1
-                   for i, row in enumerate(rows))
+    def _budget(self, i: int, row: _Row) -> int:
+        """The longest draft row i may have now."""
+        left: int = self.max_tokens[i] - self._num_tokens[i]
+        return min(row.draft_len, left - 1)
 
-    def _cache_has_room(self, length: int) -> bool:
-        """Whether every layer cache can take `length` more positions and be trimmed back
-        (with room for a settle step after them)."""
-        for c in self.prompt_cache:
-            if type(c) is BatchKVCache:
-                continue
-            if type(c) is BatchRotatingKVCache and not c.rotated and (
-                    c._offset + length + MAX_DRAFT + 1 < c.max_size):
-                continue
-            return False
-        return True
+    def _may_draft(self, rows: list[_Row]) -> bool:
+        """Whether drafting looks worth a step, judged before the rows' sampled-but-unfed
+        tokens are known (waiting for them would stall mlx-lm's pipelined step): each row's
+        lookup, one token longer, has its first token stand in for that token."""
+        offers = [max(0, len(row.index.propose(self._budget(i, row) + 1)) - 1)
+                  if self._drafting(i, row) else 0 for i, row in enumerate(rows)]
+        return any(offers) and any(plan(offers, [r.acceptance for r in rows], self.knee))
 
     # -- the speculative step ------------------------------------------------------------
 
     def _speculative_next(self, rows: list[_Row]) -> list[Any]:
-        xs: list[int] = self._next_tokens.tolist()
-        pending = [row.forced + [x] for row, x in zip(rows, xs)]
-        drafts: list[list[int]] = []
-        room = self._cache_has_room(MAX_DRAFT + 1)
+        xs = cast(list[int], self._next_tokens.tolist())
+        offered: list[list[int]] = []
         for i, (row, x) in enumerate(zip(rows, xs)):
             row.index.tokens.append(x)   # x is emitted by this step
-            budget = min(row.draft_len, MAX_DRAFT + 1 - len(pending[i]),
-                         self.max_tokens[i] - self._num_tokens[i] - 1)
-            drafts.append(row.index.propose(budget) if room and self._drafting(i, row) else [])
-        if not any(drafts):
-            if not any(row.forced for row in rows):
-                return list(super().next())   # x is known now, but the step is the same
-            return self._verify(rows, pending, drafts, settle=True)
-        return self._verify(rows, pending, drafts, settle=False)
+            offered.append(row.index.propose(self._budget(i, row))
+                           if self._drafting(i, row) else [])
+        lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.knee)
+        if not any(lengths):
+            return self._plain_next()   # x is known now, but the step is the same
+        return self._verify(rows, xs, [o[:n] for o, n in zip(offered, lengths)])
 
-    def _verify(self, rows: list[_Row], pending: list[list[int]], drafts: list[list[int]],
-                settle: bool) -> list[Any]:
-        """One forward pass over every row's pending tokens and draft; emits each row's
-        pending x and accepted draft tokens, samples its next x."""
-        lengths = [len(p) + len(d) for p, d in zip(pending, drafts)]
-        width = max(lengths)
-        inputs = mx.array([p + d + [0] * (width - n)
-                           for p, d, n in zip(pending, drafts, lengths)])
-        if settle:
-            for c in self.prompt_cache:
-                c.prepare(lengths=lengths, right_padding=[width - n for n in lengths])
-        logits = self.model(inputs, cache=self.prompt_cache)
-        if settle:
-            for c in self.prompt_cache:
-                c.finalize()
+    def _verify(self, rows: list[_Row], xs: list[int], drafts: list[list[int]]) -> list[Any]:
+        """One forward pass over every row's unfed token x and draft; emits x and the
+        accepted draft tokens, samples the next x."""
+        self.counts["speculative"] += 1
+        caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
+        width = 1 + max(len(d) for d in drafts)
+        inputs = mx.array([[x] + d + [0] * (width - 1 - len(d)) for x, d in zip(xs, drafts)])
+        logits = self.model(inputs, cache=caches)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        # Each row's distributions at its positions to sample: the one after x, then after
-        # each draft token.
-        at = [self._processed(i, logits[i, len(p) - 1:len(p)], p[-1])
+        # Each row's distributions at its positions to sample: after x, after each draft token.
+        at = [self._processed(i, logits[i, :1], xs[i])
               if self.logits_processors and self.logits_processors[i]
-              else logprobs[i, len(p) - 1:len(p) + len(d)]
-              for i, (p, d) in enumerate(zip(pending, drafts))]
+              else logprobs[i, :1 + len(d)]
+              for i, d in enumerate(drafts)]
         sampled = self._sample(at, drafts)
+        accepted = []
+        for row, d, s in zip(rows, drafts, sampled):
+            n = 0
+            while n < len(d) and s[n] == d[n]:
+                n += 1
+            accepted.append(n)
+            if d:
+                row.adapt(len(d), n)
+                self.counts["drafted"] += len(d)
+                self.counts["accepted"] += n
+        kept = mx.array([1 + n for n in accepted])
+        for c in caches:
+            c.keep(width, kept)
 
         responses: list[Any] = []
         keep: list[int] = []
-        valid: list[int] = []       # per kept row: its tokens whose KV is right
-        next_x: list[int] = []      # per row: its next sampled token, not yet fed
-        next_logprobs: list[Any] = []
-        for i, (row, p, d, s) in enumerate(zip(rows, pending, drafts, sampled)):
-            accepted = 0
-            while accepted < len(d) and s[accepted] == d[accepted]:
-                accepted += 1
-            if d:
-                row.adapt(len(d), accepted)
-            fed = p + d[:accepted]                     # all emitted, all with valid KV
-            emit = fed[len(row.forced):]
-            emit_logprobs = [self._next_logprobs[i]] + [at[i][j] for j in range(accepted)]
+        for i, (x, d, s, n) in enumerate(zip(xs, drafts, sampled, accepted)):
+            emit = [x] + d[:n]
+            emit_logprobs = [self._next_logprobs[i]] + [at[i][j] for j in range(n)]
             finish = None
-            for n, (token, lp) in enumerate(zip(emit, emit_logprobs)):
+            for j, (token, lp) in enumerate(zip(emit, emit_logprobs)):
                 self._num_tokens[i] += 1
                 if self._num_tokens[i] >= self.max_tokens[i]:
                     finish = "length"
@@ -257,38 +429,32 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                     finish = "stop"
                 cache = all_tokens = None
                 if finish is not None:
-                    in_kv = len(row.forced) + n + 1
-                    cache = self._extract(i, lengths[i] if settle else width, in_kv)
-                    all_tokens = self.tokens[i] + fed[:in_kv]
+                    cache = self._extract(i, len(emit) - j - 1)
+                    all_tokens = self.tokens[i] + emit[:j + 1]
                 responses.append(self.Response(self.uids[i], token, lp, finish, cache,
                                                all_tokens))
                 if finish is not None:
                     break
-            next_x.append(s[accepted])   # (a finished row's is dropped by filter below)
-            next_logprobs.append(at[i][accepted])
             if finish is None:
                 keep.append(i)
-                valid.append(len(fed))
-            row.forced = fed   # trimmed to what stays out of the cache below
-
-        if keep:
-            kept = min(valid)
-            if settle:
-                kept = width   # finalize rolled every row's padding to its left
-            else:
-                for c in self.prompt_cache:
-                    c.trim(width - kept)
-            for i in keep:
-                fed = rows[i].forced
-                in_cache = len(fed) if settle else kept
-                self.tokens[i].extend(fed[:in_cache])
-                rows[i].forced = fed[in_cache:]
-            self._next_tokens = mx.array(next_x)
-            self._next_logprobs = next_logprobs
-            self._current_tokens = None
+                self.tokens[i].extend(emit)
+        self._next_tokens = mx.array([s[n] for s, n in zip(sampled, accepted)])
+        self._next_logprobs = [a[n] for a, n in zip(at, accepted)]
+        self._current_tokens = None
         if len(keep) < len(self.uids):
             self.filter(keep)   # with no rows kept, this empties the batch
+        self._maybe_compact()
         return responses
+
+    def _maybe_compact(self) -> None:
+        caches = self.prompt_cache
+        if not caches or type(caches[0]) is not HoleyKVCache or caches[0].kept is None:
+            return
+        holes = caches[0].holes()
+        if holes >= max(COMPACT_MIN, COMPACT_SHARE * caches[0]._idx * len(self.uids)):
+            self.counts["compact"] += 1
+            for c in caches:
+                c.compact()
 
     def _processed(self, i: int, logits: Any, x: int) -> Any:
         """Row i's logits after its processors (which never draft: one position)."""
@@ -315,7 +481,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                 tokens = mx.argmax(stacked, axis=-1)
             else:
                 tokens = sampler(stacked)
-            flat: list[int] = tokens.tolist()
+            flat = cast(list[int], tokens.tolist())
             start = 0
             for i in group:
                 out[i] = flat[start:start + at[i].shape[0]]
@@ -333,10 +499,9 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                 break
         return out
 
-    def _extract(self, i: int, written: int, in_kv: int) -> list[Any]:
-        """Row i's KV cache, where this step wrote `written` positions, cut to its cached
-        tokens and the first `in_kv` of this step's."""
-        cache = self.extract_cache(i)
+    def _extract(self, i: int, unkept: int) -> list[Any]:
+        """Row i's KV cache without the last `unkept` tokens of this step."""
+        cache: list[Any] = self.extract_cache(i)
         for c in cache:
-            c.trim(written - in_kv)
+            c.trim(unkept)
         return cache
