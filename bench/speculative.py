@@ -14,7 +14,8 @@ Workloads:
     random   prompts of random tokens with nothing repeated: nothing to copy from the prompt
              (greedy output may still repeat itself, which speculation then drafts)
     sampled  the random prompts at temperature 1: random text, whose drafts fail (the two
-             ways sample different tokens; only their rates compare)
+             ways sample different tokens, so end-of-sequence is ignored and every sequence
+             runs to --max-tokens: the same work both ways)
 
 Models: `bundled` (the 2.1M-parameter tiny model) and `random` (bench/throughput.py's 76M
 random-weight qwen3 with the bundled tokenizer, built in a temporary directory).
@@ -86,7 +87,8 @@ def decode_all(model, tokenizer, prompts: list[list[int]], streams: int, max_tok
 
     from triode.model import speculative as spec
 
-    generator = BatchGenerator(model, stop_tokens=[[t] for t in tokenizer.eos_token_ids],
+    stop = [] if temperature else [[t] for t in tokenizer.eos_token_ids]
+    generator = BatchGenerator(model, stop_tokens=stop,
                                completion_batch_size=streams,
                                prefill_batch_size=min(streams, 8),
                                stream=mx.new_stream(mx.default_device()))

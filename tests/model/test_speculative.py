@@ -60,7 +60,7 @@ def decode(model, prompts, max_tokens, *, spec, parallel=8, stop=(), samplers=No
                                completion_batch_size=parallel,
                                prefill_batch_size=min(parallel, 8))
     if spec:
-        speculative.install(generator, knee)
+        speculative.install(generator, knee, learn=False)   # no timings: deterministic
     max_tokens = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     waiting = list(range(len(prompts)))
     index: dict[int, int] = {}
@@ -245,6 +245,20 @@ def test_plan_drafts_only_when_it_pays():
     assert speculative.plan([4, 4], [0.0, 0.0], knee=30.0) == [0, 0]
     # A wide batch on a per-token-cost-dominated model: one row's draft does not pay.
     assert speculative.plan([8] + [0] * 31, [0.75] * 32, knee=1.0) == [0] * 32
+
+
+def test_step_cost_fit_finds_the_knee():
+    cost = speculative.StepCost(32.0)
+    assert cost.knee == 32.0   # nothing seen yet: the calibration
+    for n in (8, 16, 8, 40, 8, 24, 8, 16, 72, 8, 8, 32) * 2:
+        cost.observe(n, 0.010 + 0.001 * n)   # fixed 10 ms, 1 ms a token
+    assert cost.knee == pytest.approx(10.0, rel=1e-3)
+    cost.observe(8, 5.0)   # prefill or a pause, not a step: ignored
+    assert cost.knee == pytest.approx(10.0, rel=1e-3)
+    flat = speculative.StepCost(32.0)
+    for n in (8, 16) * 20:
+        flat.observe(n, 0.010)   # no cost per token: as far from the calibration as allowed
+    assert flat.knee == 32.0 * speculative.COST_FIT_RANGE
 
 
 def test_ngram_index_proposes_what_followed_the_latest_occurrence():

@@ -62,8 +62,13 @@ FIRST_PAUSE = 4           # steps; doubles on each pause with no acceptance betw
 MAX_PAUSE = 64
 PRIOR_ACCEPTANCE = 0.75   # a row's per-token acceptance estimate before it has drafted
 ACCEPTANCE_MEMORY = 0.8   # decay of its acceptance counts per draft
-PLAIN_ADVANTAGE = 1.1     # plain steps overlap the host's work with MLX's; speculative
-                          # steps wait for their tokens: they must promise this much more
+PLAIN_ADVANTAGE = 1.25    # plain steps overlap the host's work with MLX's, speculative ones
+                          # wait for their tokens, and acceptance estimates run optimistic:
+                          # a speculative step must promise this much more
+COST_MEMORY = 0.97        # decay per observed step of the step-cost fit's sums
+COST_MIN_WEIGHT = 16.0    # observations (decayed) before the fit replaces the calibration
+COST_FIT_RANGE = 4.0      # ... within this factor of the calibrated knee
+MAX_KNEE = 1024.0
 COMPACT_SHARE = 0.25      # holes, as a share of the cache's positions, that trigger compaction
 COMPACT_MIN = 32          # ... once there are at least this many
 
@@ -169,6 +174,47 @@ def plan(offers: list[int], acceptance: list[float], knee: float) -> list[int]:
     return best
 
 
+class StepCost:
+    """`plan`'s knee, refined from the steps the batch runs: a least-squares fit, weighted
+    toward recent steps, of each step's time (from its start to the next step's) against
+    the tokens it fed: t = fixed + per_token * N, knee = fixed / per_token. Plain steps are
+    timed the same way, so their overlap of host and MLX work counts in their favour. Until
+    the steps seen vary enough in N, the calibrated knee stands; the fit moves it by at most
+    COST_FIT_RANGE either way (timings on a shared machine are noisy)."""
+
+    def __init__(self, knee: float, learn: bool = True):
+        self.prior = knee
+        self.learn = learn
+        self._sums = [0.0] * 5   # weight, n, t, n*n, n*t
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if not self.learn:
+            return
+        fixed, per_token = self._fit()
+        if per_token is not None and seconds > 4 * (fixed + per_token * tokens):
+            return   # something else held the thread (prefill, a pause): not a step's cost
+        n, t = float(tokens), seconds
+        self._sums = [COST_MEMORY * a + b for a, b in zip(self._sums, (1, n, t, n * n, n * t))]
+
+    def _fit(self) -> tuple[float, float | None]:
+        w, n, t, nn, nt = self._sums
+        if w < COST_MIN_WEIGHT:
+            return 0.0, None
+        var = nn / w - (n / w) ** 2
+        if var < 1.0:
+            return 0.0, None
+        per_token = (nt / w - n * t / w ** 2) / var
+        return t / w - per_token * n / w, per_token
+
+    @property
+    def knee(self) -> float:
+        fixed, per_token = self._fit()
+        if per_token is None:
+            return self.prior
+        knee = fixed / per_token if per_token > 0 else MAX_KNEE
+        return min(max(knee, self.prior / COST_FIT_RANGE), self.prior * COST_FIT_RANGE)
+
+
 def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
     """The model's fixed cost of a forward pass in units of its cost per token (`plan`'s
     knee), from the fastest of a few passes over 1 and over `tokens` tokens."""
@@ -187,16 +233,18 @@ def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
 
     one, many = fastest(1), fastest(tokens)
     per_token = max(many - one, 1e-9) / (tokens - 1)
-    return min(max(one / per_token, 1.0), 1024.0)
+    return min(max(one / per_token, 1.0), MAX_KNEE)
 
 
-def install(generator: Any, knee: float | None = None) -> None:
+def install(generator: Any, knee: float | None = None, learn: bool = True) -> None:
     """Makes `generator` (an mlx-lm BatchGenerator with nothing running) decode
-    speculatively; `knee` as `plan` takes it (default: `calibrate`d on its model)."""
+    speculatively; `knee` as `plan` takes it (default: `calibrate`d on its model), refined
+    from the steps' timings unless `learn` is false."""
     assert len(generator._generation_batch) == 0, "install before inserting sequences"
     batch = SpeculativeBatch.empty(generator.model, generator.sampler)
     with mx.stream(generator.stream):
-        batch.knee = calibrate(generator.model) if knee is None else knee
+        batch.cost = StepCost(calibrate(generator.model) if knee is None else knee, learn)
+    batch.prefill_counters = generator._counters
     generator._generation_batch = batch
 
 
@@ -307,13 +355,16 @@ class HoleyKVCache(BatchKVCache):  # type: ignore[misc]   # mlx-lm is untyped
 class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is untyped
     """mlx-lm's decode batch with prompt-lookup drafts verified in one pass per step."""
 
-    knee = 32.0   # `plan`'s: set by `install`
+    cost = StepCost(32.0)   # set by `install`
+    prefill_counters: Any = None   # the generator's: prefill between two steps spoils a timing
     _next_tokens: Any   # GenerationBatch's own, set in its methods
     _next_logprobs: list[Any]
     _current_tokens: Any
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._rows: dict[int, _Row] = {}   # by generator uid
+        self._timing: tuple[float, int, list[int], int] | None = None  # the last step's start,
+                                                 # tokens fed, uids, prefilled tokens then
         # Steps by kind, draft tokens verified and accepted (for benchmarks and tests).
         self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted"),
                                     0)
@@ -326,6 +377,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             del self._rows[uid]
 
     def next(self) -> list[Any]:
+        self._time_step()
         if not self.uids:
             return []
         rows = self._rows_in_order()
@@ -335,7 +387,25 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
 
     def _plain_next(self) -> list[Any]:
         self.counts["plain"] += 1
+        self._fed(len(self.uids))
         return list(super().next())
+
+    def _time_step(self) -> None:
+        """Gives the previous step's time to the cost fit, unless the batch changed or
+        prefill ran in between."""
+        import time
+
+        now = time.perf_counter()
+        prefilled = self.prefill_counters.prompt_tokens if self.prefill_counters else 0
+        if self._timing is not None:
+            start, fed, uids, before = self._timing
+            if fed and uids == self.uids and prefilled == before:
+                self.cost.observe(fed, now - start)
+        self._timing = (now, 0, list(self.uids), prefilled)
+
+    def _fed(self, tokens: int) -> None:
+        if self._timing is not None:
+            self._timing = (self._timing[0], tokens, *self._timing[2:])
 
     # -- state ---------------------------------------------------------------------------
 
@@ -370,7 +440,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         lookup, one token longer, has its first token stand in for that token."""
         offers = [max(0, len(row.index.propose(self._budget(i, row) + 1)) - 1)
                   if self._drafting(i, row) else 0 for i, row in enumerate(rows)]
-        return any(offers) and any(plan(offers, [r.acceptance for r in rows], self.knee))
+        return any(offers) and any(plan(offers, [r.acceptance for r in rows], self.cost.knee))
 
     # -- the speculative step ------------------------------------------------------------
 
@@ -381,7 +451,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             row.index.tokens.append(x)   # x is emitted by this step
             offered.append(row.index.propose(self._budget(i, row))
                            if self._drafting(i, row) else [])
-        lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.knee)
+        lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.cost.knee)
         if not any(lengths):
             return self._plain_next()   # x is known now, but the step is the same
         return self._verify(rows, xs, [o[:n] for o, n in zip(offered, lengths)])
@@ -392,6 +462,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self.counts["speculative"] += 1
         caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
         width = 1 + max(len(d) for d in drafts)
+        self._fed(width * len(drafts))
         inputs = mx.array([[x] + d + [0] * (width - 1 - len(d)) for x, d in zip(xs, drafts)])
         logits = self.model(inputs, cache=caches)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
