@@ -6,9 +6,11 @@ long runs of the prompt). One forward pass per step verifies every row's draft a
 
 It lives in `SpeculativeBatch`, a `GenerationBatch` (mlx-lm's decode-phase batch) that
 `install` puts into a `BatchGenerator`: the generator still prefills, joins and removes
-sequences; only its decode step changes. A step with no draft worth its cost (`plan`) is
-mlx-lm's own pipelined single-token step, so speculation costs nothing where there is nothing
-to copy.
+sequences; only its decode step changes. A step with no draft worth its cost (`plan`: each
+row's acceptance estimate against the model's fixed and per-token step costs, calibrated at
+start and refined from the steps' timings) is mlx-lm's own pipelined single-token step, so
+speculation costs next to nothing where there is nothing to copy; after EXPLORE_EVERY plain
+steps, rows with a draft on offer draft one token anyway, to keep those estimates measured.
 
 **Row state.** mlx-lm keeps per row the tokens in the KV cache (`tokens[i]`) and one sampled
 token `x` not yet fed (`_next_tokens[i]`, emitted by the step that feeds it). A speculative
@@ -65,6 +67,8 @@ ACCEPTANCE_MEMORY = 0.8   # decay of its acceptance counts per draft
 PLAIN_ADVANTAGE = 1.25    # plain steps overlap the host's work with MLX's, speculative ones
                           # wait for their tokens, and acceptance estimates run optimistic:
                           # a speculative step must promise this much more
+EXPLORE_EVERY = 32        # plain steps in a row after which a row with a draft on offer
+                          # drafts one token anyway: acceptance and step costs stay measured
 COST_MEMORY = 0.97        # decay per observed step of the step-cost fit's sums
 COST_MIN_WEIGHT = 16.0    # observations (decayed) before the fit replaces the calibration
 COST_FIT_RANGE = 4.0      # ... within this factor of the calibrated knee
@@ -152,7 +156,9 @@ class _Row:
 
 def expected_accepted(acceptance: float, draft: int) -> float:
     """Draft tokens accepted on average when each is accepted with this probability."""
-    return sum(acceptance ** j for j in range(1, draft + 1))
+    if acceptance >= 1.0:
+        return float(draft)
+    return acceptance * (1 - acceptance ** draft) / (1 - acceptance)
 
 
 def plan(offers: list[int], acceptance: list[float], knee: float) -> list[int]:
@@ -365,6 +371,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self._rows: dict[int, _Row] = {}   # by generator uid
         self._timing: tuple[float, int, list[int], int] | None = None  # the last step's start,
                                                  # tokens fed, uids, prefilled tokens then
+        self._plain_run = 0   # plain steps since the last speculative one
         # Steps by kind, draft tokens verified and accepted (for benchmarks and tests).
         self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted"),
                                     0)
@@ -387,6 +394,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
 
     def _plain_next(self) -> list[Any]:
         self.counts["plain"] += 1
+        self._plain_run += 1
         self._fed(len(self.uids))
         return list(super().next())
 
@@ -440,7 +448,11 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         lookup, one token longer, has its first token stand in for that token."""
         offers = [max(0, len(row.index.propose(self._budget(i, row) + 1)) - 1)
                   if self._drafting(i, row) else 0 for i, row in enumerate(rows)]
-        return any(offers) and any(plan(offers, [r.acceptance for r in rows], self.cost.knee))
+        return any(offers) and (self._exploring() or any(
+            plan(offers, [r.acceptance for r in rows], self.cost.knee)))
+
+    def _exploring(self) -> bool:
+        return self._plain_run >= EXPLORE_EVERY
 
     # -- the speculative step ------------------------------------------------------------
 
@@ -452,6 +464,8 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             offered.append(row.index.propose(self._budget(i, row))
                            if self._drafting(i, row) else [])
         lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.cost.knee)
+        if not any(lengths) and self._exploring():
+            lengths = [min(len(o), 1) for o in offered]
         if not any(lengths):
             return self._plain_next()   # x is known now, but the step is the same
         return self._verify(rows, xs, [o[:n] for o, n in zip(offered, lengths)])
@@ -460,6 +474,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         """One forward pass over every row's unfed token x and draft; emits x and the
         accepted draft tokens, samples the next x."""
         self.counts["speculative"] += 1
+        self._plain_run = 0
         caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
         width = 1 + max(len(d) for d in drafts)
         self._fed(width * len(drafts))
