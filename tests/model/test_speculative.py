@@ -258,7 +258,7 @@ def test_step_cost_fit_finds_the_knee():
     flat = speculative.StepCost(32.0)
     for n in (8, 16) * 20:
         flat.observe(n, 0.010)   # no cost per token: as far from the calibration as allowed
-    assert flat.knee == 32.0 * speculative.COST_FIT_RANGE
+    assert flat.knee == 32.0 * speculative.COST_FIT_UP
 
 
 def test_ngram_index_proposes_what_followed_the_latest_occurrence():

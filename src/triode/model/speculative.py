@@ -71,7 +71,8 @@ EXPLORE_EVERY = 32        # plain steps in a row after which a row with a draft 
                           # drafts one token anyway: acceptance and step costs stay measured
 COST_MEMORY = 0.97        # decay per observed step of the step-cost fit's sums
 COST_MIN_WEIGHT = 16.0    # observations (decayed) before the fit replaces the calibration
-COST_FIT_RANGE = 4.0      # ... within this factor of the calibrated knee
+COST_FIT_DOWN = 4.0       # ... within these factors below and above the calibrated knee
+COST_FIT_UP = 1.5         # (noisy timings that overstate the knee make speculation slower)
 MAX_KNEE = 1024.0
 COMPACT_SHARE = 0.25      # holes, as a share of the cache's positions, that trigger compaction
 COMPACT_MIN = 32          # ... once there are at least this many
@@ -185,8 +186,9 @@ class StepCost:
     toward recent steps, of each step's time (from its start to the next step's) against
     the tokens it fed: t = fixed + per_token * N, knee = fixed / per_token. Plain steps are
     timed the same way, so their overlap of host and MLX work counts in their favour. Until
-    the steps seen vary enough in N, the calibrated knee stands; the fit moves it by at most
-    COST_FIT_RANGE either way (timings on a shared machine are noisy)."""
+    the steps seen vary enough in N, the calibrated knee stands; the fit moves it at most
+    COST_FIT_DOWN times lower or COST_FIT_UP times higher (timings on a shared machine are
+    noisy, and an overstated knee makes speculation slower than plain decoding)."""
 
     def __init__(self, knee: float, learn: bool = True):
         self.prior = knee
@@ -218,7 +220,7 @@ class StepCost:
         if per_token is None:
             return self.prior
         knee = fixed / per_token if per_token > 0 else MAX_KNEE
-        return min(max(knee, self.prior / COST_FIT_RANGE), self.prior * COST_FIT_RANGE)
+        return min(max(knee, self.prior / COST_FIT_DOWN), self.prior * COST_FIT_UP)
 
 
 def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
