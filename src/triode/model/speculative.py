@@ -67,6 +67,8 @@ ACCEPTANCE_MEMORY = 0.8   # decay of its acceptance counts per draft
 PLAIN_ADVANTAGE = 1.25    # plain steps overlap the host's work with MLX's, speculative ones
                           # wait for their tokens, and acceptance estimates run optimistic:
                           # a speculative step must promise this much more
+MAX_SKIP = 8              # plain steps without even looking for drafts, after looks that
+                          # found none worth a step (doubling from 1): lookups cost CPU too
 EXPLORE_EVERY = 32        # plain steps in a row after which a row with a draft on offer
                           # drafts one token anyway: acceptance and step costs stay measured
 COST_MEMORY = 0.97        # decay per observed step of the step-cost fit's sums
@@ -374,6 +376,8 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self._timing: tuple[float, int, list[int], int] | None = None  # the last step's start,
                                                  # tokens fed, uids, prefilled tokens then
         self._plain_run = 0   # plain steps since the last speculative one
+        self._skip = 0        # plain steps left before drafts are looked for again
+        self._next_skip = 1
         # Steps by kind, draft tokens verified and accepted (for benchmarks and tests).
         self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted"),
                                     0)
@@ -389,8 +393,12 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self._time_step()
         if not self.uids:
             return []
+        if self._skip:
+            self._skip -= 1
+            return self._plain_next()
         rows = self._rows_in_order()
         if not self._speculates() or not self._may_draft(rows):
+            self._skip, self._next_skip = self._next_skip, min(MAX_SKIP, 2 * self._next_skip)
             return self._plain_next()
         return self._speculative_next(rows)
 
@@ -477,6 +485,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         accepted draft tokens, samples the next x."""
         self.counts["speculative"] += 1
         self._plain_run = 0
+        self._next_skip = 1
         caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
         width = 1 + max(len(d) for d in drafts)
         self._fed(width * len(drafts))
