@@ -45,6 +45,7 @@ import throughput as tp  # noqa: E402  (the servers, the HTTP client and the mod
 SCENARIOS = ("chain", "edit", "arrivals")
 MLX_LM = "mlx_lm.server (MKL)"
 MLX_LM_STOCK = "mlx_lm.server (stock)"
+CHAIN_ANSWER = 16   # max output tokens of a chain turn: 20 turns and the prefix fit 4,096
 
 
 def log(message: str) -> None:
@@ -74,11 +75,10 @@ class Texts:
     def words_for(self, tokens: int) -> str:
         """Random words, about `tokens` tokens long (never the same text twice)."""
         out: list[str] = []
-        while True:
-            out += [self.rng.choice(self.words) for _ in range(32)]
-            text = " ".join(out)
-            if self.count(text) >= tokens:
-                return text
+        while (have := self.count(" ".join(out))) < tokens:
+            # A word is 3-5 tokens: add what cannot overshoot by much, then count again.
+            out += [self.rng.choice(self.words) for _ in range(max(1, (tokens - have) // 5))]
+        return " ".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def chain(base_url: str, kind: str, texts: Texts, turns: int, prefix_tokens: int
     import trio
 
     prefix = "You are a careful assistant. " + texts.words_for(prefix_tokens)
-    asks = [f"Reply with: {texts.words_for(6)}" for _ in range(turns)]
+    asks = [f"Reply with: {texts.words_for(4)}" for _ in range(turns)]
 
     async def main() -> dict:
         conn = tp.Connection(base_url)
@@ -152,7 +152,7 @@ def chain(base_url: str, kind: str, texts: Texts, turns: int, prefix_tokens: int
         messages: list[dict] = [{"role": "system", "content": prefix}]
         for ask in asks:
             if kind == "triode":
-                body = {"instructions": prefix, "input": ask, "max_output_tokens": 32}
+                body = {"instructions": prefix, "input": ask, "max_output_tokens": CHAIN_ANSWER}
                 if previous:
                     body["previous_response_id"] = previous
                 s = await triode_stream(conn, body)
@@ -162,7 +162,7 @@ def chain(base_url: str, kind: str, texts: Texts, turns: int, prefix_tokens: int
                               / usage["input_tokens"])
             else:
                 messages.append({"role": "user", "content": ask})
-                s = await chat_stream(conn, messages, 32)
+                s = await chat_stream(conn, messages, CHAIN_ANSWER)
                 messages.append({"role": "assistant", "content": s.final["text"]})
             ttfts.append(s.ttft)
         return {"ttft": ttfts, "cached": cached}
