@@ -125,7 +125,7 @@ AGENT_FILLER = (700, 2000)
 AGENT_SHARE = 4    # an agent cell has n // AGENT_SHARE prompts (they are 10x longer)
 
 
-def run(model_dir: str, n: int, stages) -> dict:
+def run(model_dir: str, n: int, stages, *, agent: bool = True) -> dict:
     from mlx_lm import load
 
     # The bundled model's architecture file (sliding_qwen3.py) is ours: trusted.
@@ -138,7 +138,7 @@ def run(model_dir: str, n: int, stages) -> dict:
             exs = heldout(n, unseen=unseen, family=family, turns=turns, seed=seed, exclude=exclude)
             results[f"{set_name}/{family}/{turns}"] = measure(model, tokenizer, family, exs)
             print(f"{set_name} {family:12s} turns={turns} {results[f'{set_name}/{family}/{turns}']['accuracy']:.3f}", flush=True)
-        for family in AGENT_FAMILIES:
+        for family in AGENT_FAMILIES if agent else ():
             seed = 5000 + 100 * AGENT_FAMILIES.index(family) + int(unseen)
             exs = heldout(max(1, n // AGENT_SHARE), unseen=unseen, family=family, turns=0,
                           seed=seed, exclude=exclude, agent=True)
@@ -211,6 +211,7 @@ def main(argv=None) -> int:
                         "(default: the bundled model's)")
     p.add_argument("--write-readme", action="store_true", help="write EVAL.md and eval.json")
     p.add_argument("--blas", default="auto")
+    p.add_argument("--skip-agent", action="store_true", help="only the short-prompt cells")
     p.add_argument("--kv-bits", type=int, default=0, choices=(0, 4, 8),
                    help="quantize the KV cache as `triode serve --kv-bits` does")
     args = p.parse_args(argv)
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
     preload_blas(args.blas)
     specs = args.stage or BUNDLED_STAGES
     stages = [parse_stage(spec) for spec in specs]
-    results = run(args.model, args.n, stages)
+    results = run(args.model, args.n, stages, agent=not args.skip_agent)
     md = table(results)
     print(md)
     if args.write_readme:
