@@ -197,7 +197,6 @@ class _Sequence:
     top_logprobs: int | None  # None: no logprobs
     cached_tokens: int        # prompt tokens the prompt cache supplied, until the 1st output
     cache_namespace: str      # where its finished KV cache is kept
-    decoding: bool = False    # its prompt is prefilled (it has produced an output)
 
 
 class Engine:
@@ -245,6 +244,7 @@ class Engine:
         started(info, tokenizer)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
+        prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
         outputs: list[StepOutput] = []
         pacer = PrefillPacer(self.prefill_chunk)
         try:
@@ -256,15 +256,17 @@ class Engine:
                     if isinstance(cmd, Insert):
                         seq = self._insert(generator, cache, tokenizer, cmd, new_cache)
                         running[seq.uid] = by_generator[seq.generator_uid] = seq
+                        prefilling.add(seq.uid)
                     elif cmd.uid in running:
                         seq = running.pop(cmd.uid)
                         generator.remove([seq.generator_uid])
                         del by_generator[seq.generator_uid]
+                        prefilling.discard(cmd.uid)
                 if not running:
                     continue
-                decoding = sum(seq.decoding for seq in running.values())
                 generator.prefill_step_size = pacer.chunk(
-                    decoding=decoding, prefilling=min(len(running) - decoding, self.prefill_batch))
+                    decoding=len(running) - len(prefilling),
+                    prefilling=min(len(prefilling), self.prefill_batch))
                 began = time.perf_counter()
                 with generator.stats() as stats:
                     _, responses = generator.next()
@@ -273,7 +275,7 @@ class Engine:
                               prompt_seconds=stats.prompt_time)
                 for r in responses:
                     seq = by_generator[r.uid]
-                    seq.decoding = True
+                    prefilling.discard(seq.uid)
                     if r.finish_reason != "stop":
                         seq.detokenizer.add_token(r.token)
                     entry = None
