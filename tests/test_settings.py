@@ -95,3 +95,24 @@ def test_prefill_chunk_is_0_for_auto_or_a_token_count(tokens):
 def test_prefill_chunk_below_zero_is_refused():
     with pytest.raises(SettingsError, match="--prefill-chunk must be 0 or more"):
         resolve({"prefill_chunk": -1}, {})
+
+
+@pytest.mark.parametrize("tokens", [0, 16, 512, 100000])
+def test_attention_window_is_0_for_off_or_at_least_16(tokens):
+    assert resolve({"attention_window": tokens}, {}).attention_window == tokens
+
+
+@pytest.mark.parametrize("tokens", [-1, 1, 15])
+def test_attention_window_below_16_is_refused(tokens):
+    with pytest.raises(SettingsError, match="--attention-window must be 0 or at least 16") \
+            as raised:
+        resolve({"attention_window": tokens}, {})
+    assert str(raised.value).count("--attention-window") == 1
+
+
+def test_attention_window_with_kv_bits_is_refused():
+    """The quantized batch cache does not rotate: the pair is refused, naming both."""
+    with pytest.raises(SettingsError, match="--attention-window and --kv-bits cannot be "
+                       "combined"):
+        resolve({"attention_window": 512, "kv_bits": 8}, {})
+    assert resolve({"attention_window": 512, "kv_bits": 0}, {}).attention_window == 512

@@ -80,6 +80,13 @@ class Settings:
         0, "quantize the KV cache to 8 or 4 bits (mlx-lm's quantization, groups of 64), "
         "batched: more sequences and longer contexts per GiB, at some accuracy cost; 0 = "
         "the model's own precision. Needs a model whose layers all use a plain KV cache")
+    attention_window: int = flag(
+        0, "sliding-window attention at serving time: every layer attends to the last N "
+        "positions (a rotating KV cache of N tokens per sequence), so prompts far longer than "
+        "the model was trained on run with the attention spans it was trained on; raise "
+        "--context-length to admit them. 0 = the model's own attention. Needs a model whose "
+        "layers all use a plain KV cache; prompts longer than N are not reused by the prompt "
+        "cache once generation has moved their window")
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")
@@ -145,6 +152,12 @@ class Settings:
             problems.append(f"--write-timeout must be more than 0 (got {self.write_timeout})")
         if self.kv_bits not in (0, 4, 8):
             problems.append(f"--kv-bits must be 0, 4 or 8 (got {self.kv_bits})")
+        if self.attention_window and self.attention_window < 16:
+            problems.append(f"--attention-window must be 0 or at least 16 "
+                            f"(got {self.attention_window})")
+        if self.attention_window and self.kv_bits:
+            problems.append("--attention-window and --kv-bits cannot be combined (the "
+                            "quantized KV cache does not rotate)")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:

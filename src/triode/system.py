@@ -192,6 +192,7 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
             blas_threads=settings.blas_threads,
             prompt_cache_bytes=settings.prompt_cache_bytes,
             prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
+            attention_window=settings.attention_window,
             speculative=settings.speculative).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)

@@ -192,13 +192,14 @@ class ModelActor:
     def __init__(self, *, model: str, parallel: int, max_queue: int,
                  context_length: int | None = None, blas_threads: int = 0,
                  prompt_cache_bytes: int = 0, prefill_chunk: int = 0, kv_bits: int = 0,
-                 speculative: str = "off",
+                 speculative: str = "off", attention_window: int = 0,
                  engine_factory: Callable[..., EngineRunner] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
         self._new_engine: Callable[[], EngineRunner] = functools.partial(
             engine_factory, model, parallel=parallel, context_length=context_length,
             blas_threads=blas_threads, prompt_cache_bytes=prompt_cache_bytes,
-            prefill_chunk=prefill_chunk, kv_bits=kv_bits, speculative=speculative)
+            prefill_chunk=prefill_chunk, kv_bits=kv_bits, speculative=speculative,
+            attention_window=attention_window)
         self._prompt_cache_max = prompt_cache_bytes
         self._parallel = parallel
         self._max_queue = max_queue

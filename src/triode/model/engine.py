@@ -22,6 +22,7 @@ from . import blas
 from .loading import ModelInfo, describe, load
 from .pacing import PrefillPacer
 from .request import GenerationRequest, Sampling
+from .window import window_caches
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +203,10 @@ class _Sequence:
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
                  blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
-                 kv_bits: int = 0, speculative: str = "off"):
+                 kv_bits: int = 0, speculative: str = "off", attention_window: int = 0):
         self.model_name = model
         self.kv_bits = kv_bits
+        self.attention_window = attention_window   # 0: the model's own attention
         self.prefill_chunk = prefill_chunk
         self.prefill_batch = min(parallel, 8)   # prompts prefilled together
         self.parallel = parallel
@@ -228,6 +230,9 @@ class Engine:
 
             quantized_cache(model, self.kv_bits)   # refuses models it cannot serve, now
             new_cache = functools.partial(quantized_cache, model, self.kv_bits)
+        elif self.attention_window:
+            window_caches(model, self.attention_window)   # refuses models it cannot serve
+            new_cache = functools.partial(window_caches, model, self.attention_window)
         stream = mx.new_stream(mx.default_device())
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
