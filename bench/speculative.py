@@ -117,6 +117,11 @@ def decode_all(model, tokenizer, prompts: list[list[int]], streams: int, max_tok
     return seconds, decode, [out[u] for u in uids], counts
 
 
+def median_run(runs: list[tuple]) -> tuple:
+    """The run of median total time (its decode time, tokens and counts with it)."""
+    return sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,6 +131,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--requests", type=int, default=3,
                         help="requests per stream (at least 8 in all)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each way, interleaved (plain, speculative, plain, ...); "
+                        "each way's median time is reported")
     args = parser.parse_args()
 
     from triode.model import speculative as spec
@@ -152,8 +160,10 @@ def main() -> int:
                     prompts = [make(tokenizer, seed) for seed in range(count)]
                     decode_all(model, tokenizer, prompts[:1], 1, 8, False, knee)   # warm up
                     runs = [decode_all(model, tokenizer, prompts, streams, args.max_tokens,
-                                       fast, knee, temperature) for fast in (False, True)]
-                    (plain_s, plain_d, plain, _), (spec_s, spec_d, fast, counts) = runs
+                                       fast, knee, temperature)
+                            for _ in range(args.repeat) for fast in (False, True)]
+                    (plain_s, plain_d, plain, _), (spec_s, spec_d, fast, counts) = (
+                        median_run(runs[0::2]), median_run(runs[1::2]))
                     n_plain, n_fast = (sum(len(t) for t in out) for out in (plain, fast))
                     same = "yes" if plain == fast else "—" if temperature else "NO"
                     rows.append((name, workload, streams, n_plain, n_plain / plain_s,
