@@ -247,6 +247,51 @@ def test_plan_drafts_only_when_it_pays():
     assert speculative.plan([8] + [0] * 31, [0.75] * 32, knee=1.0) == [0] * 32
 
 
+def test_plan_needs_more_promise_under_a_handicap():
+    """A draft worth a step at the usual advantage is declined when the batch's measured
+    payoff has raised it."""
+    offers, acceptance = [4] * 8, [0.6] * 8
+    assert any(speculative.plan(offers, acceptance, knee=30.0))
+    assert not any(speculative.plan(offers, acceptance, knee=30.0,
+                                    advantage=speculative.PLAIN_ADVANTAGE * 4))
+
+
+def test_payoff_raises_the_handicap_while_speculation_loses_and_lowers_it_when_it_wins():
+    payoff = speculative.Payoff()
+    for _ in range(5):
+        payoff.step(False, 32, 32, 0.100)   # plain: 320 tokens/s at width 32
+    # A run of two speculative steps and the plain step after it: 32 + 40 + 32 tokens in
+    # 0.150 + 0.150 + 0.020 s = 325/s, about plain's rate: no handicap.
+    for speculative_step, emitted, seconds in ((True, 32, 0.150), (True, 40, 0.150),
+                                               (False, 32, 0.020)):
+        payoff.step(speculative_step, 32, emitted, seconds)
+    assert payoff.handicap == 1.0
+    # Runs at half of plain's rate: the handicap climbs, bounded.
+    for _ in range(20):
+        payoff.step(True, 32, 40, 0.250)
+        payoff.step(False, 32, 24, 0.070)   # 64 tokens in 0.32 s: 200/s, 0.625x
+    assert payoff.handicap == speculative.MAX_HANDICAP
+    # Runs at twice plain's rate bring it back to 1.
+    for _ in range(20):
+        payoff.step(True, 32, 96, 0.100)
+        payoff.step(False, 32, 32, 0.000)   # 128 tokens in 0.1 s: 4x
+    assert payoff.handicap == 1.0
+
+
+def test_payoff_judges_only_what_it_can_compare():
+    payoff = speculative.Payoff()
+    payoff.step(True, 8, 2, 1.0)
+    payoff.step(False, 8, 8, 1.0)   # a losing run, but no plain step at width 8 seen yet
+    assert payoff.handicap == 1.0
+    payoff.step(False, 8, 8, 0.01)
+    payoff.step(True, 8, 8, 1.0)
+    payoff.untimed()                # the batch changed mid-run: not judged
+    payoff.step(False, 8, 8, 0.01)
+    payoff.step(True, 4, 4, 1.0)    # another width: its own plain steps are the reference
+    payoff.step(False, 4, 4, 1.0)
+    assert payoff.handicap == 1.0
+
+
 def test_step_cost_fit_finds_the_knee():
     cost = speculative.StepCost(32.0)
     assert cost.knee == 32.0   # nothing seen yet: the calibration

@@ -76,6 +76,10 @@ COST_MIN_WEIGHT = 16.0    # observations (decayed) before the fit replaces the c
 COST_FIT_DOWN = 4.0       # ... within these factors below and above the calibrated knee
 COST_FIT_UP = 1.5         # (noisy timings that overstate the knee make speculation slower)
 MAX_KNEE = 1024.0
+PAYOFF_RATE = 0.5         # how far one measured speculative step moves the batch's handicap
+                          # (in log space, toward 1 / the step's realized speed-up)
+MAX_HANDICAP = 8.0        # at most: a speculative step must then promise 8x PLAIN_ADVANTAGE
+PLAIN_MEMORY = 0.8        # decay of the plain steps' average time, per batch width
 COMPACT_SHARE = 0.25      # holes, as a share of the cache's positions, that trigger compaction
 COMPACT_MIN = 32          # ... once there are at least this many
 
@@ -164,15 +168,17 @@ def expected_accepted(acceptance: float, draft: int) -> float:
     return acceptance * (1 - acceptance ** draft) / (1 - acceptance)
 
 
-def plan(offers: list[int], acceptance: list[float], knee: float) -> list[int]:
+def plan(offers: list[int], acceptance: list[float], knee: float,
+         advantage: float = PLAIN_ADVANTAGE) -> list[int]:
     """Each row's draft length (at most its `offers`) for the step that promises the most
     tokens per unit of time; all 0 when a plain step does.
 
     A row of the step feeds its unfed token and its draft; every row is padded to the longest.
     A forward pass over N tokens is taken to cost `knee + N` (in units of one token's marginal
-    cost): `knee` is the fixed cost of a step."""
+    cost): `knee` is the fixed cost of a step. A speculative step must promise `advantage`
+    times a plain step's rate."""
     rows = len(offers)
-    best_rate = PLAIN_ADVANTAGE * rows / (knee + rows)
+    best_rate = advantage * rows / (knee + rows)
     best = [0] * rows
     for width in range(2, min(max(offers), MAX_DRAFT) + 2):
         drafts = [min(o, width - 1) for o in offers]
@@ -223,6 +229,55 @@ class StepCost:
             return self.prior
         knee = fixed / per_token if per_token > 0 else MAX_KNEE
         return min(max(knee, self.prior / COST_FIT_DOWN), self.prior * COST_FIT_UP)
+
+
+class Payoff:
+    """Whether speculation has paid in this batch, measured: the tokens per second of each
+    run of speculative steps against the plain steps' at the same batch width. `handicap`
+    multiplies what a speculative step must promise (`plan`'s advantage): a run that came out
+    slower than plain decoding raises it (toward 1 / its speed-up, PAYOFF_RATE of the way in
+    log space, at most MAX_HANDICAP), one that came out faster lowers it (never below 1). So
+    where the cost model or the acceptance estimates are wrong for this batch (a wide batch
+    whose steps cost more than the fit says, rows whose loops just broke), the batch stops
+    drafting after a few losing steps; exploration's one-token drafts keep measuring it.
+
+    A run is timed together with the plain step after it: mlx-lm's plain steps are pipelined
+    (each starts the next forward pass before it waits for the current one), so the first
+    speculative step also waits out the pass the plain step before it started, and the first
+    plain step after the run returns at once. Taken together they cost what they cost."""
+
+    def __init__(self) -> None:
+        self.handicap = 1.0
+        self._plain: dict[int, float] = {}   # batch width → average seconds of a plain step
+        self._run: tuple[int, int, float] | None = None   # width, emitted, seconds so far
+
+    def step(self, speculative: bool, rows: int, emitted: int, seconds: float) -> None:
+        """One timed step of a batch of `rows` rows that emitted `emitted` tokens."""
+        if self._run is not None and self._run[0] != rows:
+            self._run = None
+        if speculative:
+            _, before, spent = self._run or (rows, 0, 0.0)
+            self._run = (rows, before + emitted, spent + seconds)
+        elif self._run is not None:
+            _, before, spent = self._run
+            self._run = None
+            self._judge(rows, before + emitted, spent + seconds)
+        else:
+            old = self._plain.get(rows)
+            self._plain[rows] = seconds if old is None else (
+                PLAIN_MEMORY * old + (1 - PLAIN_MEMORY) * seconds)
+
+    def untimed(self) -> None:
+        """A step that could not be timed (the batch changed, or prefill ran): a run in
+        progress is not judged."""
+        self._run = None
+
+    def _judge(self, rows: int, emitted: int, seconds: float) -> None:
+        plain = self._plain.get(rows)
+        if plain is None or seconds <= 0:
+            return   # nothing to compare with yet
+        speedup = (emitted / seconds) / (rows / plain)
+        self.handicap = min(MAX_HANDICAP, max(1.0, self.handicap * speedup ** -PAYOFF_RATE))
 
 
 def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
@@ -373,8 +428,10 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._rows: dict[int, _Row] = {}   # by generator uid
-        self._timing: tuple[float, int, list[int], int] | None = None  # the last step's start,
-                                                 # tokens fed, uids, prefilled tokens then
+        # The last step's start, tokens fed, uids, prefilled tokens then, tokens emitted and
+        # whether it was speculative.
+        self._timing: tuple[float, int, list[int], int, int, bool] | None = None
+        self.payoff = Payoff()
         self._plain_run = 0   # plain steps since the last speculative one
         self._skip = 0        # plain steps left before drafts are looked for again
         self._next_skip = 1
@@ -405,7 +462,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
     def _plain_next(self) -> list[Any]:
         self.counts["plain"] += 1
         self._plain_run += 1
-        self._fed(len(self.uids))
+        self._fed(len(self.uids), len(self.uids), False)
         return list(super().next())
 
     def _time_step(self) -> None:
@@ -416,14 +473,18 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         now = time.perf_counter()
         prefilled = self.prefill_counters.prompt_tokens if self.prefill_counters else 0
         if self._timing is not None:
-            start, fed, uids, before = self._timing
+            start, fed, uids, before, emitted, speculative = self._timing
             if fed and uids == self.uids and prefilled == before:
                 self.cost.observe(fed, now - start)
-        self._timing = (now, 0, list(self.uids), prefilled)
+                self.payoff.step(speculative, len(uids), emitted, now - start)
+            else:
+                self.payoff.untimed()
+        self._timing = (now, 0, list(self.uids), prefilled, 0, False)
 
-    def _fed(self, tokens: int) -> None:
+    def _fed(self, tokens: int, emitted: int, speculative: bool) -> None:
         if self._timing is not None:
-            self._timing = (self._timing[0], tokens, *self._timing[2:])
+            start, _, uids, prefilled, _, _ = self._timing
+            self._timing = (start, tokens, uids, prefilled, emitted, speculative)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -459,7 +520,11 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         offers = [max(0, len(row.index.propose(self._budget(i, row) + 1)) - 1)
                   if self._drafting(i, row) else 0 for i, row in enumerate(rows)]
         return any(offers) and (self._exploring() or any(
-            plan(offers, [r.acceptance for r in rows], self.cost.knee)))
+            plan(offers, [r.acceptance for r in rows], self.cost.knee, self._advantage)))
+
+    @property
+    def _advantage(self) -> float:
+        return PLAIN_ADVANTAGE * self.payoff.handicap
 
     def _exploring(self) -> bool:
         return self._plain_run >= EXPLORE_EVERY
@@ -473,7 +538,8 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             row.index.tokens.append(x)   # x is emitted by this step
             offered.append(row.index.propose(self._budget(i, row))
                            if self._drafting(i, row) else [])
-        lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.cost.knee)
+        lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.cost.knee,
+                       self._advantage)
         if not any(lengths) and self._exploring():
             lengths = [min(len(o), 1) for o in offered]
         if not any(lengths):
@@ -488,7 +554,6 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self._next_skip = 1
         caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
         width = 1 + max(len(d) for d in drafts)
-        self._fed(width * len(drafts))
         inputs = mx.array([[x] + d + [0] * (width - 1 - len(d)) for x, d in zip(xs, drafts)])
         logits = self.model(inputs, cache=caches)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -508,6 +573,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                 row.adapt(len(d), n)
                 self.counts["drafted"] += len(d)
                 self.counts["accepted"] += n
+        self._fed(width * len(drafts), sum(1 + n for n in accepted), True)
         kept = mx.array([1 + n for n in accepted])
         for c in caches:
             c.keep(width, kept)
