@@ -85,8 +85,9 @@ class Settings:
         "positions (a rotating KV cache of N tokens per sequence), so prompts far longer than "
         "the model was trained on run with the attention spans it was trained on; raise "
         "--context-length to admit them. 0 = the model's own attention. Needs a model whose "
-        "layers all use a plain KV cache; prompts longer than N are not reused by the prompt "
-        "cache once generation has moved their window")
+        "layers all use a plain KV cache; the prompt cache reuses a sequence longer than N only "
+        "for a prompt that extends it (a conversation's next turn), since a rotated cache "
+        "cannot be cut back to a shorter shared prefix")
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")

@@ -249,17 +249,16 @@ class Payoff:
     def __init__(self) -> None:
         self.handicap = 1.0
         self._plain: dict[int, float] = {}   # batch width → average seconds of a plain step
-        self._run: tuple[int, int, float] | None = None   # width, emitted, seconds so far
+        self._run: tuple[int, float] | None = None   # a run's tokens emitted, seconds so far
 
     def step(self, speculative: bool, rows: int, emitted: int, seconds: float) -> None:
-        """One timed step of a batch of `rows` rows that emitted `emitted` tokens."""
-        if self._run is not None and self._run[0] != rows:
-            self._run = None
+        """One timed step of a batch of `rows` rows that emitted `emitted` tokens. Consecutive
+        steps have the same rows: a step after the batch changed is `untimed`."""
         if speculative:
-            _, before, spent = self._run or (rows, 0, 0.0)
-            self._run = (rows, before + emitted, spent + seconds)
+            before, spent = self._run or (0, 0.0)
+            self._run = (before + emitted, spent + seconds)
         elif self._run is not None:
-            _, before, spent = self._run
+            before, spent = self._run
             self._run = None
             self._judge(rows, before + emitted, spent + seconds)
         else:
@@ -453,8 +452,10 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         if self._skip:
             self._skip -= 1
             return self._plain_next()
+        if not self._speculates():
+            return self._plain_next()   # rotating or quantized caches: never
         rows = self._rows_in_order()
-        if not self._speculates() or not self._may_draft(rows):
+        if not self._may_draft(rows):
             self._skip, self._next_skip = self._next_skip, min(MAX_SKIP, 2 * self._next_skip)
             return self._plain_next()
         return self._speculative_next(rows)
