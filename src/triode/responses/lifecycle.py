@@ -32,6 +32,12 @@ class Event(str, Enum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.INCOMPLETE, Status.FAILED, Status.CANCELLED})
+# The same, as the `status` strings of stored and streamed objects.
+TERMINAL_STATUSES = frozenset(status.value for status in TERMINAL)
+# The ends a turn keeps: it has output that extends a chain, a conversation or an echo.
+FINISHED_STATUSES = frozenset({Status.COMPLETED.value, Status.INCOMPLETE.value})
+# The stream events that end a response's stream (a cancel has none: docs/cancellation.md).
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 TRANSITIONS: dict[tuple[Status, Event], Status] = {
     (Status.QUEUED, Event.START): Status.IN_PROGRESS,
