@@ -6,8 +6,10 @@ join and leave the engine's running batch between steps (continuous batching).
 
 If the engine thread dies while the process lives, every request it held ends without a
 finish reason (its response fails with `server_error`) and the actor starts a fresh engine;
-requests that arrive meanwhile wait in the queue for it. After `MAX_RESTARTS` deaths within
-`RESTART_WINDOW` seconds it gives up and refuses new requests (500).
+requests that arrive meanwhile wait in the queue for it. An exception while the actor
+handles a step's outputs counts as such a death: that engine is stopped and replaced. After
+`MAX_RESTARTS` deaths within `RESTART_WINDOW` seconds it gives up and refuses new requests
+(500).
 
 It is also the one owner of generation's figures (`statistics()`): token counts, how each
 sequence ended, and the latency histograms, timed from the Submit that asked for a slot.
@@ -220,6 +222,7 @@ class ModelActor:
         self._engine_gone: str | None = None   # set when restarting was given up
         self._restarts = 0
         self._engine_error: str | None = None
+        self._step_failure: Exception | None = None   # why the running engine is being stopped
         self._steps = 0
         self._tokens = 0
         self._admitted = 0
@@ -263,10 +266,11 @@ class ModelActor:
                           task_status: trio.TaskStatus[tuple[ModelInfo, Any]]) -> None:
         """Runs the engine thread; starts a fresh one when it dies after a successful load.
 
-        The engine's callbacks (`started`, the posted `_step`) and this task's reaction to
-        its death run in the trio thread and never await, like the actor loop: the actor's
-        state has one thread, and an engine's outputs are never processed before the actor
-        knows that engine is alive."""
+        The engine's callbacks (`started`, the posted `_guarded_step`) and this task's
+        reaction to its death run in the trio thread and never await, like the actor loop:
+        the actor's state has one thread, and an engine's outputs are never processed before
+        the actor knows that engine is alive. A failed step stops its engine through
+        `_stopping` and is then handled here as that engine's death."""
         token = trio.lowlevel.current_trio_token()
         handoff = self._handoff
         loaded = False
@@ -285,7 +289,7 @@ class ModelActor:
             # that arrived meanwhile are taken as they are. A command caused by these outputs
             # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
             if outputs:
-                token.run_sync_soon(self._step, Step(outputs, idle, prompt_cache))
+                token.run_sync_soon(self._guarded_step, Step(outputs, idle, prompt_cache))
             with handoff:
                 while idle and not self._handed and not self._stopping:
                     handoff.wait()  # nothing to run: park until work (or the end) arrives
@@ -306,6 +310,7 @@ class ModelActor:
         while True:
             with handoff:
                 self._stopping = False
+            self._step_failure = None
             died: Exception | None = None
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_on_cancel)
@@ -313,16 +318,19 @@ class ModelActor:
                     await trio.to_thread.run_sync(self._new_engine().run, exchange, started,
                                                   limiter=trio.CapacityLimiter(1))
                 except _EngineStopping:
-                    pass  # the enclosing scope was cancelled; its Cancelled follows
+                    died = self._step_failure  # or the enclosing scope was cancelled (shutdown)
                 except Exception as exc:
                     died = exc
                 finally:
                     nursery.cancel_scope.cancel()
             if died is None:
-                return
+                return  # the Cancelled of the enclosing scope follows
             if not loaded:
                 raise died  # failed while loading the first time: the server cannot start
-            log.error("engine thread died", exc_info=died)
+            if died is self._step_failure:
+                log.error("handling an engine step failed; replacing the engine", exc_info=died)
+            else:
+                log.error("engine thread died", exc_info=died)
             now = trio.current_time()
             deaths.append(now)
             while deaths and deaths[0] < now - RESTART_WINDOW:
@@ -392,6 +400,20 @@ class ModelActor:
                 self._pending.append(Remove(uid))
             self._free_slot(uid)
             self._flush()
+
+    def _guarded_step(self, msg: Step) -> None:
+        """`_step` behind an error boundary: an exception escaping a `run_sync_soon` callback
+        is a TrioInternalError, which ends the process. Instead the failure stops the engine
+        at its next exchange (its later steps are dropped meanwhile) and `_run_engine`
+        handles it as that engine's death: its requests fail and a fresh engine starts."""
+        try:
+            self._step(msg)
+        except Exception as exc:
+            self._engine_alive = False
+            self._step_failure = exc
+            with self._handoff:
+                self._stopping = True
+                self._handoff.notify()
 
     def _step(self, msg: Step) -> None:
         """One engine step's outputs (run in the trio thread, posted by the engine's exchange)."""
