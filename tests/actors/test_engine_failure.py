@@ -95,3 +95,52 @@ async def test_engine_death_fails_its_jobs_and_a_fresh_engine_serves_new_ones():
         assert FlakyEngine.instances == 2
         assert (await registry.statistics()).background_jobs == 0
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_failure_handling_a_step_is_an_engine_death_not_the_processes(
+        monkeypatch, caplog):
+    """An exception in the actor's step handling fails the jobs in flight, is logged with its
+    traceback, shows in the statistics as an engine death, and a fresh engine serves the next
+    job."""
+    engines: list[Engine] = []
+
+    def counted_engine(*args, **kwargs):
+        engines.append(Engine(*args, **kwargs))
+        return engines[-1]
+
+    actor = ModelActor(model=str(BUNDLED_PATH), parallel=2, max_queue=4,
+                       engine_factory=counted_engine)
+    first_output = actor._first_output
+    failures = 0
+
+    def failing_once(*args):
+        nonlocal failures
+        if not failures:
+            failures += 1
+            raise RuntimeError("injected step failure")
+        return first_output(*args)
+
+    monkeypatch.setattr(actor, "_first_output", failing_once)
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(actor.run)
+        registry = await nursery.start(Registry(background_max_jobs=8).run)
+        with trio.fail_after(60):
+            failed = await (await start_job(registry, model, "alpha beta gamma delta")).wait()
+        assert failed["status"] == "failed", failed
+        assert failed["error"]["code"] == "server_error"
+        stats = await model.statistics()
+        assert stats.engine_error == "RuntimeError: injected step failure"
+        assert stats.generation.outcomes["engine_failed"] == 1
+        assert stats.slots_busy == 0 and stats.queue_depth == 0
+        logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is not None
+                  and str(r.exc_info[1]) == "injected step failure"]
+        assert len(logged) == 1 and logged[0].exc_info[2] is not None
+        with trio.fail_after(60):
+            fresh = await (await start_job(registry, model, "hello")).wait()
+        assert fresh["status"] == "completed", fresh
+        assert fresh["output"][0]["content"][0]["text"] == "hello"
+        stats = await model.statistics()
+        assert stats.engine_alive and stats.engine_restarts == 1
+        assert len(engines) == 2 and failures == 1
+        nursery.cancel_scope.cancel()
