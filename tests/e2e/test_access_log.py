@@ -16,8 +16,7 @@ from typing import Iterator
 import httpx
 from websockets.sync.client import connect
 
-from triode.http.access import AccessRecord, Usage, summarize
-from triode.http.sse import frames
+from triode.http.access import AccessRecord, Usage, access_line
 from triode.responses.ids import usage
 from triode.settings import resolve
 
@@ -43,42 +42,63 @@ def fields(match: re.Match[str]) -> dict[str, str]:
     return dict(part.split("=", 1) for part in match["rest"].split() if "=" in part)
 
 
-def summary(first: bytes, last: bytes | None = None) -> AccessRecord:
-    record = AccessRecord()
-    summarize(record, first, first if last is None else last)
-    return record
-
-
 def a_response(status: str, **counts: int) -> dict:
     return {"id": "resp_abc123", "object": "response", "status": status,
-            "output": [{"type": "message", "content": [
-                {"type": "output_text", "text": '"usage":{"input_tokens":99,'}]}],
-            "usage": usage(**counts), "tools": [], "previous_response_id": "resp_older"}
+            "output": [], "usage": usage(**counts), "previous_response_id": "resp_older"}
 
 
-def test_the_response_id_and_usage_come_from_the_body():
-    """The line's response id and tokens are read from the response object a body carries:
-    a JSON object, a stream's first and terminal events, or a replay that starts later (the
-    terminal event's); a queued object (usage all 0), quoted usage-like text in the output
-    and a body without a response object give none."""
+def test_the_app_tells_the_record_the_response_and_its_usage():
+    """The record keeps what the app tells it: a response object's id, and its usage once
+    the object is in a terminal status (a queued or running one's is all 0 and is left out;
+    a compaction, which has no status, counts); a stream's terminal events count responses
+    and add up their tokens, error events count errors, other events nothing."""
+    record = AccessRecord()
+    record.record_object(a_response("completed", input_tokens=12, output_tokens=5,
+                                    cached_tokens=4))
+    assert (record.response_id, record.usage) == ("resp_abc123", Usage(12, 4, 5))
+
+    for status in ("queued", "in_progress"):
+        record = AccessRecord()
+        record.record_object(a_response(status))
+        assert (record.response_id, record.usage) == ("resp_abc123", None)
+
+    record = AccessRecord()
+    record.record_object({"id": "resp_cmp", "object": "response.compaction",
+                          "usage": usage(input_tokens=30, output_tokens=7)})
+    assert (record.response_id, record.usage) == ("resp_cmp", Usage(30, 0, 7))
+
+    record = AccessRecord()
     done = a_response("completed", input_tokens=12, output_tokens=5, cached_tokens=4)
-    record = summary(json.dumps(done, separators=(",", ":")).encode())
-    assert record.response_id == "resp_abc123"
-    assert record.usage == Usage(input_tokens=12, cached_tokens=4, output_tokens=5)
+    for event in ({"type": "response.created", "response": a_response("queued")},
+                  {"type": "response.output_text.delta", "delta": "hi"},
+                  {"type": "response.completed", "response": done},
+                  {"type": "error", "error": {"message": "no"}, "status": 400},
+                  {"type": "response.incomplete", "response": a_response(
+                      "incomplete", input_tokens=3, output_tokens=2)}):
+        record.record_event(event)
+    assert (record.responses, record.errors, record.usage) == (2, 1, Usage(15, 4, 7))
+    assert record.response_id is None   # a stream's id is told by its route, once
 
-    created = {"type": "response.created", "sequence_number": 0,
-               "response": a_response("queued")}
-    delta = {"type": "response.output_text.delta", "sequence_number": 3, "item_id": "msg_1",
-             "delta": "hi"}
-    completed = {"type": "response.completed", "sequence_number": 9, "response": done}
-    record = summary(frames([created]), frames([delta, delta, completed]))
-    assert (record.response_id, record.usage) == ("resp_abc123", Usage(12, 4, 5))
-    record = summary(frames([delta]), frames([delta, completed]))   # ?starting_after=
-    assert (record.response_id, record.usage) == ("resp_abc123", Usage(12, 4, 5))
 
-    record = summary(json.dumps(a_response("queued"), separators=(",", ":")).encode())
-    assert (record.response_id, record.usage) == ("resp_abc123", None)
-    assert summary(b'{"object":"list","data":[{"id":"msg_1"}]}').response_id is None
+def test_a_line_shows_what_the_record_was_told():
+    """The line's fields are the record's: an untold record gives a bare line, a told one
+    its response and tokens; a WebSocket's shows its responses and errors."""
+    scope = {"type": "http", "client": ("127.0.0.1", 5), "method": "POST",
+             "raw_path": b"/v1/responses", "query_string": b""}
+    assert access_line(scope, AccessRecord(status=200), 0.05) == (
+        "127.0.0.1 POST /v1/responses 200 0.050s")
+    told = AccessRecord(status=200)
+    told.record_response("resp_abc123")
+    told.record_usage(14, 0, 2)
+    assert access_line(scope, told, 0.05).endswith(
+        " 200 0.050s response=resp_abc123 input_tokens=14 cached_tokens=0 output_tokens=2")
+    socket = AccessRecord(status=101, responses=2, errors=1)
+    socket.record_usage(10, 2, 4)
+    socket.record_usage(20, 10, 5)
+    assert access_line({**scope, "type": "websocket", "raw_path": b"/v1/responses"},
+                       socket, 8.19) == (
+        "127.0.0.1 GET /v1/responses 101 8.190s websocket responses=2 errors=1 "
+        "input_tokens=30 cached_tokens=12 output_tokens=9")
 
 
 def test_one_line_per_request_by_default():

@@ -37,5 +37,32 @@ def test_queued_cannot_complete_without_starting():
 
 
 def test_every_transition_leads_to_a_known_status():
-    """The table is closed over Status."""
-    assert all(isinstance(v, Status) for v in TRANSITIONS.values())
+    """Over every (status, event) pair: the table maps Statuses and Events to Statuses, no
+    transition leaves a terminal status, next_status follows the table and raises exactly
+    for the pairs it lacks, every status is reachable from queued and every live one can
+    reach a terminal one."""
+    for (status, event), target in TRANSITIONS.items():
+        assert (type(status), type(event), type(target)) == (Status, Event, Status)
+        assert status not in TERMINAL, f"{status} is terminal but accepts {event}"
+    for status in Status:
+        for event in Event:
+            if (status, event) in TRANSITIONS:
+                assert next_status(status, event) is TRANSITIONS[(status, event)]
+            else:
+                with pytest.raises(TransitionError):
+                    next_status(status, event)
+    assert reachable(Status.QUEUED) == set(Status)
+    for status in set(Status) - TERMINAL:
+        assert reachable(status) & TERMINAL, f"{status} can never end"
+
+
+def reachable(start: Status) -> set[Status]:
+    """The statuses the table leads to from `start`, `start` included."""
+    seen, frontier = {start}, [start]
+    while frontier:
+        status = frontier.pop()
+        for (source, _), target in TRANSITIONS.items():
+            if source is status and target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    return seen

@@ -2,13 +2,15 @@
 request (per WebSocket, when it closes) and keeps the HTTP figures of `/metrics`.
 
 Outermost, so a line covers everything the request cost, a stream included: it is written
-when the app's last `send` is done (or the client has gone). The app tells the middleware
-which route matched (`record_route`, from its before_request hooks), so requests are counted
-by route template, never by raw path: label values stay bounded. The response id and the
-token counts are read from what the response carried, not asked of anyone: the response
-object's `"id":"resp_…"` near the start of the body, and the `usage` of the object in the
-last body chunk (a stream's terminal event); a WebSocket's are summed over its terminal
-events. A request whose response has no such object is logged without them.
+when the app's last `send` is done (or the client has gone). The middleware puts an
+`AccessRecord` into the scope the app sees (`SCOPE_KEY`, `access_record`) and the app tells
+it what only the app knows: which route matched (`record_route`, from its before_request
+hooks), so requests are counted by route template, never by raw path and label values stay
+bounded; the response a request answered about (`record_response`, `record_object`) and its
+token counts once it has them (`record_usage`); a stream's events as they are sent
+(`record_event`), which for a WebSocket counts its responses and error frames and sums their
+tokens. Nothing is read back from the bytes sent: the middleware sees only each message's
+type and status. A request the app told nothing is logged without them.
 
 The middleware is the one writer of its figures, always from the trio thread and without
 awaiting in between, so they need no actor of their own; `statistics()` returns a frozen
@@ -18,7 +20,6 @@ snapshot like an actor's.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -26,6 +27,7 @@ import attrs
 
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
+from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
 
 log = logging.getLogger("triode.access")
 
@@ -42,19 +44,6 @@ CLIENT_CLOSED = 499           # nginx's status for a request whose client left b
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     120.0, 300.0, 600.0)
 
-# The response id is the first key of a response object (and of a stream's first event's);
-# `"id":"` with its opening quote cannot be the tail of `"previous_response_id":"`.
-_RESPONSE_ID = re.compile(rb'"id":"(resp_[0-9A-Za-z_-]{1,128})"')
-ID_SEARCH_BYTES = 4096
-# The usage object as responses/ids.py writes it; inside an output item a quote is escaped.
-_USAGE = re.compile(rb'"usage":\{"input_tokens":(\d+),"input_tokens_details":'
-                    rb'\{"cached_tokens":(\d+)\},"output_tokens":(\d+)')
-_FRAME_START = b"\n\nevent: "
-TERMINAL_FRAMES = tuple(f'{{"type":"response.{kind}"'
-                        for kind in ("completed", "incomplete", "failed"))
-ERROR_FRAME = '{"type":"error"'
-
-
 @attrs.frozen
 class Usage:
     input_tokens: int
@@ -67,54 +56,68 @@ class Usage:
                      self.output_tokens + other.output_tokens)
 
 
-def response_id_in(chunk: bytes, start: int = 0) -> str | None:
-    """The id of the response object that starts at `start`, if one does."""
-    found = _RESPONSE_ID.search(chunk, start, start + ID_SEARCH_BYTES)
-    return found.group(1).decode() if found else None
-
-
-def usage_in(chunk: bytes, start: int = 0) -> Usage | None:
-    """The usage of the response object after `start`, once the response has one: a queued
-    or running object's usage is all 0."""
-    found = _USAGE.search(chunk, start)
-    if found is None or found.group(1) == b"0":
-        return None
-    return Usage(*(int(n) for n in found.groups()))
-
-
-def last_frame(chunk: bytes) -> int:
-    """Where the last SSE frame of a chunk starts (0: the chunk is one frame, or JSON)."""
-    return chunk.rfind(_FRAME_START) + 1   # -1 (not found) + 1 is the start too
-
-
-def summarize(record: AccessRecord, first: bytes, last: bytes) -> None:
-    """The response id and usage an HTTP body carried: a response object, or a stream whose
-    first event (or, when a replay starts later, whose terminal event) holds one."""
-    end = last_frame(last)
-    record.response_id = response_id_in(first) or response_id_in(last, end)
-    record.usage = usage_in(last, end)
-
-
 @attrs.define
 class AccessRecord:
-    """One request as the middleware sees it: filled in as the app answers."""
+    """One request as the middleware sees it: filled in as the app answers, by the middleware
+    (status, disconnect) and by the app telling it (the rest)."""
 
     route: str | None = None      # the matched route's template; None: no route matched
     status: int | None = None
     response_id: str | None = None
     usage: Usage | None = None
-    responses: int = 0            # a WebSocket's terminal events
-    errors: int = 0               # a WebSocket's error frames
+    responses: int = 0            # a stream's terminal events (a WebSocket's line shows them)
+    errors: int = 0               # a stream's error events (a WebSocket's line shows them)
     disconnected: bool = False
-    first_body: bytes = b""       # an HTTP response's first body chunk
-    last_body: bytes = b""        # and its latest one
+
+    def record_response(self, response_id: str) -> None:
+        """The response the request answered about: created, read, streamed, cancelled."""
+        self.response_id = response_id
+
+    def record_usage(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> None:
+        """Tokens a response the request answered with used; a WebSocket's several
+        responses add up."""
+        usage = Usage(input_tokens, cached_tokens, output_tokens)
+        self.usage = usage if self.usage is None else self.usage + usage
+
+    def record_object(self, obj: Mapping[str, Any]) -> None:
+        """A response object (or a compaction) the request answered with: its id, and its
+        usage once it has one. A queued or running object's usage is all 0 until it ends,
+        so only an object in a terminal status (a compaction has no status: it is done)
+        counts its tokens."""
+        self.record_response(obj["id"])
+        status = obj.get("status")
+        if status is None or status in TERMINAL_STATUSES:
+            self._record_usage_of(obj)
+
+    def record_event(self, event: Mapping[str, Any]) -> None:
+        """A stream event about to be sent: a terminal one ends a response (its tokens are
+        counted), an error one is an error frame. The other events count for nothing."""
+        kind = event["type"]
+        if kind in TERMINAL_EVENTS:
+            self.responses += 1
+            self._record_usage_of(event["response"])
+        elif kind == "error":
+            self.errors += 1
+
+    def _record_usage_of(self, obj: Mapping[str, Any]) -> None:
+        usage = obj.get("usage")
+        if usage is not None:
+            self.record_usage(usage["input_tokens"],
+                              usage["input_tokens_details"]["cached_tokens"],
+                              usage["output_tokens"])
+
+
+def access_record(scope: Mapping[str, Any]) -> AccessRecord:
+    """The request's AccessRecord, for the app to tell it what it answered (Quart's
+    `request.scope`, `websocket.scope`); outside the middleware (an app driven without it),
+    a record nobody reads."""
+    record = scope.get(SCOPE_KEY)
+    return record if isinstance(record, AccessRecord) else AccessRecord()
 
 
 def record_route(scope: Mapping[str, Any], rule: str | None) -> None:
     """Called by the app once Quart has matched a request (`request.url_rule.rule`)."""
-    record = scope.get(SCOPE_KEY)
-    if isinstance(record, AccessRecord):
-        record.route = rule
+    access_record(scope).route = rule
 
 
 @attrs.frozen
@@ -152,16 +155,10 @@ class AccessLog:
             match message["type"]:
                 case "http.response.start" | "websocket.http.response.start":
                     record.status = message["status"]
-                case "http.response.body":
-                    if body := message.get("body"):
-                        record.first_body = record.first_body or body
-                        record.last_body = body
                 case "websocket.accept":
                     record.status = 101
                 case "websocket.close" if record.status is None:
                     record.status = 403   # closed before the handshake: a refusal (ASGI)
-                case "websocket.send":
-                    self._websocket_frame(record, message.get("text"))
             await send(message)
 
         started = time.perf_counter()
@@ -170,21 +167,7 @@ class AccessLog:
             await self.app({**scope, SCOPE_KEY: record}, watched_receive, watched_send)
         finally:
             self._in_flight -= 1
-            if record.first_body:
-                summarize(record, record.first_body, record.last_body)
             self._done(scope, record, time.perf_counter() - started)
-
-    @staticmethod
-    def _websocket_frame(record: AccessRecord, text: str | None) -> None:
-        if text is None:
-            return
-        if text.startswith(TERMINAL_FRAMES):
-            record.responses += 1
-            usage = usage_in(text.encode())
-            if usage is not None:
-                record.usage = usage if record.usage is None else record.usage + usage
-        elif text.startswith(ERROR_FRAME):
-            record.errors += 1
 
     def _done(self, scope: Scope, record: AccessRecord, seconds: float) -> None:
         websocket = scope["type"] == "websocket"

@@ -129,12 +129,6 @@ async def health() -> Response:
     return json_response(body, 200 if ready else 503)
 
 
-async def store_statistics(h: Handles) -> dict[str, BudgetStatistics]:
-    return {"responses": await h.responses.statistics(),
-            "conversations": await h.conversations.statistics(),
-            "reasoning_echo": await h.echo.statistics()}
-
-
 async def reachable_store_statistics(h: Handles) -> dict[str, BudgetStatistics | None]:
     """Each store's statistics, None for a store that cannot be reached (Redis down): a
     scrape still reports everything else, and `triode_store_up` says which one is down."""

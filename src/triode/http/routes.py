@@ -17,6 +17,7 @@ from ..responses.wire import CompactRequest, CreateResponse
 from ..service.turns import Started
 from ..system import Handles
 from . import sse
+from .access import access_record
 from .body import json_body, json_response, query_int
 from .contract import Operation, Param, View, documented
 
@@ -28,6 +29,12 @@ REPLAY_EVENTS_PER_WRITE = 64
 def handles() -> Handles:
     handles: Handles = current_app.config["TRIODE_HANDLES"]
     return handles
+
+
+def told(obj: dict[str, Any]) -> dict[str, Any]:
+    """A response object, once the access log has been told its id and usage."""
+    access_record(request.scope).record_object(obj)
+    return obj
 
 
 def route(path: str, **kwargs: Any) -> Callable[[View], View]:
@@ -126,14 +133,14 @@ async def create_response() -> Response:
 async def answer_for(started: Started) -> Response:
     """A background job's queued object, the stream, or the finished object."""
     if started.background:
-        return json_response(started.handle.created())
+        return json_response(told(started.handle.created()))
     if started.stream:
         return await stream_response(started.handle)
     try:
         obj = await started.handle.wait()
     finally:
         await handles().turns.abandon(started.handle)
-    return json_response(obj)
+    return json_response(told(obj))
 
 
 @route("/responses/input_tokens", methods=["POST"])
@@ -156,7 +163,7 @@ async def count_input_tokens() -> Response:
 async def compact_history() -> Response:
     """Summarizes a full history into kept items plus one compaction item; stores nothing."""
     req = structure(await json_body(), CompactRequest)
-    return json_response(await handles().turns.compact(req))
+    return json_response(told(await handles().turns.compact(req)))
 
 
 @route("/responses/<response_id>", methods=["GET"])
@@ -175,10 +182,12 @@ async def get_response(response_id: str) -> Response:
     if live is not None:
         if stream:
             return await stream_response(live, starting_after, cancel_on_disconnect=False)
-        return json_response(live.polled())
+        return json_response(told(live.polled()))
     if stream:
-        return await replay_response(await turns.stored_events(response_id, starting_after))
-    return json_response((await turns.stored(response_id))["response"])
+        events = await turns.stored_events(response_id, starting_after)
+        access_record(request.scope).record_response(response_id)
+        return await replay_response(events)
+    return json_response(told((await turns.stored(response_id))["response"]))
 
 
 @route("/responses/<response_id>", methods=["DELETE"])
@@ -186,6 +195,7 @@ async def get_response(response_id: str) -> Response:
                       errors=(*STORE_ERRORS, 404)))
 async def delete_response(response_id: str) -> Response:
     await handles().turns.delete(response_id)
+    access_record(request.scope).record_response(response_id)
     deleted: ResponseDeleted = {"id": response_id, "object": "response.deleted",
                                 "deleted": True}
     return json_response(deleted)
@@ -194,7 +204,7 @@ async def delete_response(response_id: str) -> Response:
 @route("/responses/<response_id>/cancel", methods=["POST"])
 @documented(Operation("Cancel a response", ResponseObject, errors=(*STORE_ERRORS, 404)))
 async def cancel_response(response_id: str) -> Response:
-    return json_response(await handles().turns.cancel(response_id))
+    return json_response(told(await handles().turns.cancel(response_id)))
 
 
 @route("/responses/<response_id>/input_items", methods=["GET"])
@@ -269,6 +279,8 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
                           cancel_on_disconnect: bool = True) -> Response:
     """Streams a live response's events; the creating stream's disconnect cancels it."""
     turns = handles().turns
+    record = access_record(request.scope)
+    record.record_response(handle.response_id)
 
     async def frames() -> AsyncIterator[bytes]:
         try:
@@ -277,6 +289,7 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
             # end), so under load a write carries several steps' deltas instead of one send
             # per step each.
             async for batch in handle.follow_batches(starting_after):
+                record.record_event(batch[-1])   # a terminal event ends the stream
                 yield sse.frames(batch)
                 if batch[-1]["type"].endswith(".delta"):
                     with trio.move_on_after(STREAM_COALESCE_SECS):
@@ -289,9 +302,13 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
 
 
 async def replay_response(events: list[dict[str, Any]]) -> Response:
+    record = access_record(request.scope)
+
     async def frames() -> AsyncIterator[bytes]:
         for start in range(0, len(events), REPLAY_EVENTS_PER_WRITE):  # a few writes
-            yield sse.frames(events[start:start + REPLAY_EVENTS_PER_WRITE])
+            batch = events[start:start + REPLAY_EVENTS_PER_WRITE]
+            record.record_event(batch[-1])
+            yield sse.frames(batch)
 
     return await sse_response(frames())
 

@@ -32,6 +32,7 @@ from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
 from ..responses.convert import structure
 from ..responses.wire import CreateResponse
 from ..service.turns import LocalResponses, Turns
+from .access import access_record
 from .body import MAX_BODY_BYTES, MAX_JSON_DEPTH, check_body
 from .routes import STREAM_COALESCE_SECS, api, handles
 
@@ -76,6 +77,7 @@ class Socket:
         self._lanes: dict[str | None, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._send_lock = trio.Lock()
         self._local = LocalResponses()
+        self._access = access_record(websocket.scope)   # told each response's end and tokens
 
     async def serve(self) -> None:
         while True:
@@ -171,6 +173,7 @@ class Socket:
     async def _send_events(self, events: list[dict[str, Any]], stream_id: str | None) -> None:
         async with self._send_lock:
             for event in events:
+                self._access.record_event(event)
                 await websocket.send(_encode(event if stream_id is None
                                              else {**event, "stream_id": stream_id}))
 
