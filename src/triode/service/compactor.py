@@ -27,6 +27,22 @@ ITEM_OVERHEAD = 4   # role and separator tokens a chat template adds around one 
 
 
 @attrs.frozen
+class Transcript:
+    """What compaction works on: a turn's instructions and replayed history, and the tools
+    and template arguments its prompt renders with."""
+
+    instructions: str | None
+    history: list[dict[str, Any]]
+    template_tools: list[dict[str, Any]]
+    template_kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, plan: Plan) -> Transcript:
+        return cls(plan.echo["instructions"], plan.history, plan.template_tools,
+                   plan.template_kwargs)
+
+
+@attrs.frozen
 class Compaction:
     item: dict[str, Any]                 # the compaction item
     system: list[dict[str, Any]]         # kept system/developer messages
@@ -86,18 +102,18 @@ async def summarize(model: ModelHandle, instructions: str | None,
     return summary, usage_of(input_tokens=len(rendered.tokens), output_tokens=generated)
 
 
-async def compact(model: ModelHandle, plan: Plan, *, before: int,
+async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
                   keep_tokens: int | None = None,
                   max_output_tokens: int = compaction.SUMMARY_MAX_TOKENS,
                   submits: bool = True) -> Compaction:
-    """Compacts the plan's replayed history (rendered: `before` tokens); `keep_tokens`
+    """Compacts the transcript's history (rendered: `before` tokens); `keep_tokens`
     defaults to min(context/16, 8192). `submits`: the compacted prompt is generated from
     next (not for /compact)."""
     context = model.info.context_length
     if keep_tokens is None:
         keep_tokens = compaction.default_keep_tokens(context)
-    instructions, items = plan.echo["instructions"], plan.history
-    template_tools, template_kwargs = plan.template_tools, plan.template_kwargs
+    instructions, items = transcript.instructions, transcript.history
+    template_tools, template_kwargs = transcript.template_tools, transcript.template_kwargs
     sizes = dict(zip(map(id, items), await item_sizes(model, items)))
     system, dropped, kept = compaction.select(items, keep_tokens, lambda i: sizes[id(i)])
     if not dropped:

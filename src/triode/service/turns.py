@@ -244,7 +244,8 @@ class Turns:
                          ) -> Prepared:
         """Compacts the plan's history before generation; the output will open with the
         compaction item, and the kept turn is the compacted one."""
-        result = await compactor.compact(self._model, plan, before=len(rendered.tokens))
+        result = await compactor.compact(self._model, compactor.Transcript.of(plan),
+                                         before=len(rendered.tokens))
         compacted = attrs.evolve(plan, messages=result.messages)
         done = Compacted(result.item, result.before, result.after)
         return finalize(req, compacted, result.rendered, self._model.info, done)
@@ -334,7 +335,8 @@ class Turns:
             raise ContextLengthExceeded(
                 f"the history is {len(rendered.tokens)} tokens, longer than one context "
                 f"window ({context}); compact it in parts", param="input")
-        result = await compactor.compact(self._model, plan, before=len(rendered.tokens),
+        result = await compactor.compact(self._model, compactor.Transcript.of(plan),
+                                         before=len(rendered.tokens),
                                          keep_tokens=keep_tokens, max_output_tokens=max_tokens,
                                          submits=False)
         return {"id": new_id("resp"), "object": "response.compaction",
