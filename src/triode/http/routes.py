@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Callable, Literal, TypedDict
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
-from ..service.remote import LiveResponse
+from ..service.jobs import LiveResponse
 from ..errors import InvalidRequest, NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure

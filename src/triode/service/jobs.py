@@ -1,0 +1,247 @@
+"""Background jobs and live responses, in this process and across processes.
+
+`Jobs` admits background jobs (their bytes pinned in the response store first), finds a
+response that has not finished (`find_live`: a supervisor here, or a job another process on
+the same shared store runs), cancels one, and stores as failed the jobs of processes that
+stopped (`reap`). A job another process runs is read through the job board as a
+`RemoteJob`: its stored record, its mirrored events, its owner's lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import Any, AsyncIterator, Callable, Protocol
+
+import trio
+
+from ..actors.jobs import JobBoardHandle
+from ..actors.registry import RegistryHandle
+from ..actors.store import ResponseStoreHandle, StoredResponse
+from ..actors.supervisor import Supervisor, SupervisorHandle
+from ..errors import InvalidRequest, RateLimited, StoreUnavailable
+from ..responses import history
+from ..responses.builder import ResponseBuilder
+from ..responses.ids import usage
+from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
+from ..responses.translate import Plan
+
+log = logging.getLogger(__name__)
+
+CANCEL_TIMEOUT = 5.0
+# How often a follower on another process looks for new events of a remote job.
+FOLLOW_POLL_SECS = 0.1
+ORPHANED = ("the server process running this background response stopped (its lease "
+            "expired) before the response finished")
+
+
+class LiveResponse(Protocol):
+    """What a reader of a running response uses (SupervisorHandle and RemoteJob)."""
+
+    response_id: str
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def background(self) -> bool: ...
+
+    def polled(self) -> dict[str, Any]: ...
+
+    async def wait(self) -> dict[str, Any]: ...
+
+    def follow_batches(self, starting_after: int = -1
+                       ) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+
+class Jobs:
+    def __init__(self, *, registry: RegistryHandle, responses: ResponseStoreHandle,
+                 board: JobBoardHandle | None = None, background_off: str | None = None):
+        """`board`: the job board of a shared store (background jobs across processes).
+        `background_off`: why background mode is off (one of its budgets is 0), if so."""
+        self._registry = registry
+        self._responses = responses
+        self._board = board
+        self.background_off = background_off
+
+    async def start(self, response_id: str, plan: Plan, make: Callable[[], Supervisor]
+                    ) -> SupervisorHandle:
+        """Accepts a background job: its approximate bytes are pinned in the response store
+        (429 when the active jobs would pass the byte budget), the registry counts it (429 at
+        max-jobs) and the model actor queues it (503 when full)."""
+        builder = ResponseBuilder(response_id, plan.echo, background=True)
+        builder.created()
+        queued = builder.obj
+        # Room for the most the job's end can need: if its final object does not fit the
+        # budget, the `failed` one the keeper stores instead must (usage at its widest).
+        widest = {**queued, "usage": usage(*(history.USAGE_BOUND,) * 4)}
+        fallback = StoredResponse.of(*history.too_large(widest, plan.items, builder.events[0],
+                                                        ephemeral=not plan.store))
+        if not await self._responses.put(response_id, history.record(queued, plan.items),
+                                         pinned=True, reserve=fallback.size):
+            raise RateLimited("the active background responses would exceed "
+                              "--responses-store-max-bytes; retry after one finishes")
+        try:
+            handle = await self._registry.start(make, background=True)
+        except BaseException:
+            with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                await self._responses.delete(response_id)
+            raise
+        if self._board is not None:   # other processes on the store can follow and cancel it
+            await self._board.claim(response_id)
+            await self._board.mirror(handle)
+        return handle
+
+    async def find_live(self, response_id: str) -> LiveResponse | None:
+        """The response, if it has not finished: running here, or a background job another
+        process on the shared store runs."""
+        here = await self._registry.lookup(response_id)
+        if here is not None and not here.done:
+            return here
+        return await self._remote(response_id)
+
+    async def live(self, response_id: str) -> LiveResponse | None:
+        """A response still running whose state is readable while it runs (a background
+        job, or a stored one; with a shared store also a job another process runs), else
+        None."""
+        found = await self.find_live(response_id)
+        if isinstance(found, SupervisorHandle) and \
+                not (found.background or found.snapshot.get("store")):
+            return None   # a `store: false` response answers only its own request
+        return found
+
+    async def check_deletable(self, response_id: str) -> None:
+        """An unfinished background job must be cancelled before it is deleted (400)."""
+        live = await self.find_live(response_id)
+        if live is not None and live.background:
+            raise InvalidRequest(f"background response '{response_id}' has not finished "
+                                 f"(status: {live.polled()['status']}); cancel it before "
+                                 "deleting it", param="response_id")
+
+    async def cancel(self, response_id: str) -> dict[str, Any] | None:
+        """Cancels a live response and waits for its end. Returns its final object when
+        nothing is stored to answer with instead (neither `store` nor background), else
+        None. A job another process runs is cancelled by its owner (asked through the job
+        board); this waits up to CANCEL_TIMEOUT for it to end there."""
+        here = await self._registry.cancel(response_id)
+        if here is not None:
+            obj = await here.wait()
+            return None if obj.get("store") or here.background else obj
+        remote = await self._remote(response_id)
+        if remote is not None:
+            assert self._board is not None
+            await self._board.request_cancel(response_id)
+            with trio.move_on_after(CANCEL_TIMEOUT):
+                await remote.wait()
+        return None
+
+    async def abandon(self, handle: LiveResponse) -> None:
+        """A client that went away (disconnect, cancelled request) cancels its live
+        response."""
+        if not handle.done:
+            with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
+                await self._registry.cancel(handle.response_id)
+
+    async def _remote(self, response_id: str) -> RemoteJob | None:
+        """A background job another process on the shared store is running, if it is one."""
+        if self._board is None:
+            return None
+        record = await self._responses.get(response_id)
+        if record is None or record["response"].get("status") in TERMINAL_STATUSES \
+                or not record["response"].get("background"):
+            return None
+        owner = await self._board.owner(response_id)
+        if owner is None or owner == self._board.worker_id:
+            return None
+        return RemoteJob(self._board, record, await self._board.events(response_id),
+                         functools.partial(self._responses.get, response_id))
+
+    # ---- orphans -----------------------------------------------------------------------
+
+    async def reap(self) -> None:
+        """Stores the jobs of processes that stopped (their lease ran out) as failed."""
+        if self._board is None:
+            return
+        async for response_id in self._board.orphans:
+            with contextlib.suppress(StoreUnavailable):
+                await self._fail_orphan(response_id)
+
+    async def _fail_orphan(self, response_id: str) -> None:
+        record = await self._responses.get(response_id)
+        if record is None or record["response"].get("status") in TERMINAL_STATUSES:
+            return
+        failed = {**record["response"], "status": "failed", "output": [],
+                  "error": {"code": "server_error", "message": ORPHANED}}
+        assert self._board is not None
+        events = [e for _, e in await self._board.events(response_id)]
+        closing = {"type": "response.failed",
+                   "sequence_number": events[-1]["sequence_number"] + 1 if events else 0,
+                   "response": failed}
+        await self._responses.put(response_id, {**record, "response": failed},
+                                  [*events, closing],
+                                  ephemeral=record["response"].get("store") is False)
+        await self._board.add_event(response_id, closing)
+        log.warning("background response %s failed: %s", response_id, ORPHANED)
+
+
+class RemoteJob:
+    """A background job another process runs. Its events come from the job's Redis Stream;
+    it is done at a terminal event, or when its owner released it and the stored record is
+    terminal (a cancel has no event), or when the reaper failed it (a response.failed)."""
+
+    background = True
+
+    def __init__(self, board: JobBoardHandle, record: dict[str, Any],
+                 events: list[tuple[str, dict[str, Any]]], reread: Any) -> None:
+        self.response_id: str = record["response"]["id"]
+        self._board = board
+        self._record = record
+        self._events = [e for _, e in events]
+        self._last = events[-1][0] if events else "-"
+        self._reread = reread              # async () -> the stored record or None
+        self._final: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._final is not None
+
+    def polled(self) -> dict[str, Any]:
+        """As SupervisorHandle.polled: the status only, no partial output."""
+        obj = self._record["response"]
+        started = any(e["type"] == "response.in_progress" for e in self._events)
+        return {**obj, "status": "in_progress" if started else obj["status"], "output": [],
+                "usage": usage()}
+
+    async def _poll(self) -> None:
+        more = await self._board.events(self.response_id, self._last)
+        if more:
+            self._last = more[-1][0]
+            self._events += [e for _, e in more]
+        for event in self._events:
+            if event["type"] in TERMINAL_EVENTS:
+                self._final = event["response"]
+                return
+        if await self._board.owner(self.response_id) is None:
+            record = await self._reread()
+            if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
+                self._final = record["response"]
+
+    async def wait(self) -> dict[str, Any]:
+        while self._final is None:
+            await trio.sleep(FOLLOW_POLL_SECS)
+            await self._poll()
+        return self._final
+
+    async def follow_batches(self, starting_after: int = -1
+                             ) -> AsyncIterator[list[dict[str, Any]]]:
+        sent = starting_after
+        while True:
+            batch = [e for e in self._events if e["sequence_number"] > sent]
+            if batch:
+                sent = batch[-1]["sequence_number"]
+                yield batch
+            if self._final is not None:
+                return
+            await trio.sleep(FOLLOW_POLL_SECS)
+            await self._poll()

@@ -1,0 +1,312 @@
+"""Preparing a turn: a request becomes its `Plan` and rendered prompt, then a `Prepared`.
+
+Validation, the history it continues (a `previous_response_id` chain, a conversation, or
+a WebSocket connection's own responses), `item_reference`s resolved, the reasoning echo
+restored, `truncation: auto`, and whether `context_management` compacts first. Shared by
+create, input_tokens, compact and the WebSocket warm-up, so all of them count the same
+tokens. It reads the stores and never writes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from typing import Any, Protocol
+
+import attrs
+
+from ..actors.model import ModelHandle
+from ..actors.store import ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle
+from ..actors.supervisor import PrepareLater
+from ..errors import ContextLengthExceeded, InvalidRequest, StoreDisabled
+from ..model.constraints import tool_call_grammar
+from ..model.request import Rendered
+from ..responses import compaction, history, translate
+from ..responses.builder import ResponseBuilder
+from ..responses.convert import structure
+from ..responses.ids import new_id, usage
+from ..responses.items import canonical, chat_messages, turn_keys
+from ..responses.lifecycle import Status
+from ..responses.prepared import Compacted, Prepared, finalize
+from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
+from ..responses.translate import Plan
+from ..responses.wire import (CompactRequest, CreateResponse, InputItem, ItemList, Message,
+                              ItemReference)
+from . import compactor
+from .compactor import Transcript
+from .jobs import Jobs
+from .keeping import LocalResponses
+
+
+class TurnInput(Protocol):
+    """What a turn's prompt is made of, in a create (`CreateResponse`) and a compaction
+    (`CompactRequest`) alike."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def input(self) -> str | list[InputItem]: ...
+    @property
+    def instructions(self) -> str | None: ...
+    @property
+    def tools(self) -> list[dict[str, Any]] | None: ...
+    @property
+    def tool_choice(self) -> str | dict[str, Any] | None: ...
+    @property
+    def parallel_tool_calls(self) -> bool | None: ...
+    @property
+    def metadata(self) -> dict[str, str] | None: ...
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any] | None: ...
+    @property
+    def previous_response_id(self) -> str | None: ...
+
+
+class Preparer:
+    def __init__(self, *, model: ModelHandle, responses: ResponseStoreHandle,
+                 conversations: ConversationStoreHandle, echo: ReasoningEchoHandle,
+                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore"):
+        """`jobs`: where a response that has not finished yet is found."""
+        self._model = model
+        self._responses = responses
+        self._conversations = conversations
+        self._echo = echo
+        self._jobs = jobs
+        self._model_names = model_names
+        self._hosted_tools = hosted_tools
+
+    def check_model(self, name: str) -> None:
+        translate.check_model(name, self._model_names)
+
+    async def prepare(self, req: CreateResponse, *, submits: bool = True,
+                      local: LocalResponses | None = None) -> tuple[Plan, Rendered]:
+        """Validates a create (or input_tokens) request and renders its input as generation
+        would see it: history (chain or conversation, compaction items replayed),
+        instructions, tools, restored reasoning. `submits=False`: only counting, no
+        generation follows. A `previous_response_id` is looked up among `local`'s
+        responses first, then in the store."""
+        self.check_model(req.model)
+        translate.validate(req)
+        past: list[dict[str, Any]] = []
+        conversation = None
+        if req.previous_response_id is not None:
+            past = await self._earlier(req.previous_response_id, local)
+        elif req.conversation is not None:
+            conversation = history.conversation_id(req.conversation)
+            past = await self._conversations.get(conversation) or []
+        resolved = await self._resolved(req.input, past)
+        if resolved is not req.input:
+            req = attrs.evolve(req, input=resolved)
+        plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
+                              hosted_tools=self._hosted_tools)
+        plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
+        rendered = await self._model.render(plan.messages, plan.template_tools,
+                                            plan.template_kwargs, submits=submits)
+        if plan.echo["truncation"] == "auto" and \
+                len(rendered.tokens) >= self._model.info.context_length:
+            plan, rendered = await self._truncated(plan, submits=submits)
+        return plan, rendered
+
+    async def count_input_tokens(self, req: CreateResponse) -> int:
+        """The input's tokens exactly as `create` would render them."""
+        _, rendered = await self.prepare(req, submits=False)
+        return len(rendered.tokens)
+
+    async def warm(self, req: CreateResponse, local: LocalResponses
+                   ) -> tuple[str, list[dict[str, Any]]]:
+        """A warm-up: prepared as a create, answered with a completed response without
+        output (usage counts its input) that `local` remembers. Returns (id, events)."""
+        plan, rendered = await self.prepare(req, submits=False, local=local)
+        builder = ResponseBuilder(new_id("resp"), plan.echo)
+        builder.created()
+        builder.in_progress()
+        builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
+        local.remember(builder.obj["id"], [*plan.past, *plan.items])
+        return builder.obj["id"], builder.events
+
+    async def ready(self, req: CreateResponse, plan: Plan, rendered: Rendered, *,
+                    background: bool) -> Prepared | PrepareLater:
+        """The turn as its supervisor takes it. With `context_management` past its
+        threshold it is compacted first: now (a refusal is the create's 400), or, for a
+        background job, by the job while it is queued (a refusal fails the job)."""
+        if not self._needs_compaction(plan, rendered):
+            return finalize(req, plan, rendered, self._model.info)
+        if background:
+            return functools.partial(self._compacted, req, plan, rendered)
+        return await self._compacted(req, plan, rendered)
+
+    async def compact(self, req: CompactRequest) -> dict[str, Any]:
+        """Summarizes a history into kept items plus one compaction item (a
+        `CompactedHistory`); stores nothing.
+        The history is `input`, after the `previous_response_id` chain if one is named (as
+        OpenAI's API does; a superset of the seed, which refuses it)."""
+        self.check_model(req.model)
+        for param in ("stream", "conversation"):
+            if getattr(req, param) not in (None, False):
+                raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; "
+                                     "send the history in 'input' (and "
+                                     "'previous_response_id')", param=param)
+        context = self._model.info.context_length
+        keep_tokens = req.keep_tokens
+        if keep_tokens is not None and keep_tokens < 1:
+            raise InvalidRequest("keep_tokens must be greater than 0", param="keep_tokens")
+        max_tokens = compaction.SUMMARY_MAX_TOKENS if req.max_output_tokens is None \
+            else req.max_output_tokens
+        if not 1 <= max_tokens <= compaction.SUMMARY_MAX_TOKENS_LIMIT:
+            raise InvalidRequest("max_output_tokens must be from 1 to "
+                                 f"{compaction.SUMMARY_MAX_TOKENS_LIMIT}",
+                                 param="max_output_tokens")
+        transcript, rendered = await self.transcript(req)
+        if len(rendered.tokens) > context:
+            raise ContextLengthExceeded(
+                f"the history is {len(rendered.tokens)} tokens, longer than one context "
+                f"window ({context}); compact it in parts", param="input")
+        result = await compactor.compact(self._model, transcript, before=len(rendered.tokens),
+                                         keep_tokens=keep_tokens, max_output_tokens=max_tokens,
+                                         submits=False)
+        return {"id": new_id("resp"), "object": "response.compaction",
+                "created_at": int(time.time()), "model": req.model,
+                "output": [*result.system, *result.kept, result.item], "usage": result.usage}
+
+    async def transcript(self, turn: TurnInput) -> tuple[Transcript, Rendered]:
+        """The history a compaction works on, rendered for counting: the
+        `previous_response_id` chain, then the input, with the instructions and tools
+        (validated as a create validates them). The same as `prepare`'s for a create that
+        names no conversation."""
+        self.check_model(turn.model)
+        translate.check_metadata(turn.metadata)
+        past: list[dict[str, Any]] = []
+        if turn.previous_response_id is not None:
+            past = await self._earlier(turn.previous_response_id, None)
+        given = await self._resolved(turn.input, past)
+        raw = [Message(role="user", content=given)] if isinstance(given, str) else given
+        items = [canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
+        replayed = compaction.replay([*past, *items])
+        template_tools = self._template_tools(turn, replayed)
+        template_kwargs = turn.chat_template_kwargs or {}
+        messages = await self._with_reasoning(chat_messages(turn.instructions, replayed))
+        rendered = await self._model.render(messages, template_tools, template_kwargs,
+                                            submits=False)
+        return Transcript(turn.instructions, replayed, template_tools, template_kwargs), \
+            rendered
+
+    def _template_tools(self, turn: TurnInput, replayed: list[dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+        """The tools the chat template is shown, as `translate.plan` chooses them. A
+        required tool choice compiles its grammar as a create does, so a tool schema that
+        cannot be enforced is the same 400 here."""
+        raw, params = declared_tools(replayed, turn.tools)
+        tools = parse_tools(raw, hosted=self._hosted_tools, params=params)
+        choice = parse_tool_choice(turn.tool_choice, tools)
+        visible = [t for t in tools if t.chat_name in choice.allowed]
+        if choice.mode == "required":
+            named = isinstance(choice.echo, dict) and \
+                choice.echo.get("type") in ("function", "custom")
+            tool_call_grammar([t.for_grammar() for t in visible],
+                              choice.allowed[0] if named else "required",
+                              parallel=turn.parallel_tool_calls is not False)
+        return [t.for_template() for t in visible]
+
+    async def _earlier(self, previous_response_id: str, local: LocalResponses | None
+                       ) -> list[dict[str, Any]]:
+        """The items a `previous_response_id` continues: the connection's own response's,
+        else the stored chain's (a response still running cannot be continued yet)."""
+        if local is not None and (remembered := local.history(previous_response_id)) \
+                is not None:
+            return remembered
+        live = await self._jobs.find_live(previous_response_id)
+        if live is not None:
+            raise InvalidRequest(f"previous response '{previous_response_id}' has not "
+                                 f"finished (status: {live.polled()['status']})",
+                                 param="previous_response_id")
+        return await history.chain(self._responses, previous_response_id)
+
+    async def _resolved(self, given: str | list[InputItem], past: list[dict[str, Any]]
+                        ) -> str | list[InputItem]:
+        """The input with every `item_reference` replaced by the item it names: one of the
+        history's (the chain or conversation), else any stored response's input or output
+        item (not a `store: false` one's). An unknown id is a 400 naming it. Unchanged (the
+        same object) when it has none."""
+        if isinstance(given, str) or not any(isinstance(item, ItemReference)
+                                             for item in given):
+            return given
+        known = {item["id"]: item for item in past if isinstance(item.get("id"), str)}
+        resolved: list[InputItem] = []
+        for i, item in enumerate(given):
+            if isinstance(item, ItemReference):
+                found = known.get(item.id)
+                if found is None:
+                    with contextlib.suppress(StoreDisabled):
+                        found = await self._responses.find_item(item.id)
+                if found is None:
+                    raise InvalidRequest(f"Item with id '{item.id}' not found.",
+                                         param=f"input[{i}].id")
+                item = structure({"input": [found]}, ItemList).input[0]
+            resolved.append(item)
+        return resolved
+
+    async def _with_reasoning(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages with the reasoning triode generated for each assistant turn sent
+        back without it (the reasoning echo), so the prompt renders as it was generated.
+        A new list; the messages given are not changed."""
+        bare = [(i, key) for i, key in enumerate(turn_keys(messages))
+                if key is not None and "reasoning_content" not in messages[i]]
+        restored = list(messages)
+        for (i, _), text in zip(bare, await self._echo.recall(key for _, key in bare)):
+            if text is not None:
+                restored[i] = {**messages[i], "reasoning_content": text}
+        return restored
+
+    async def _truncated(self, plan: Plan, *, submits: bool) -> tuple[Plan, Rendered]:
+        """`truncation: auto`, as OpenAI defines it: the input is over the context window,
+        so its oldest turns are dropped (at split points: a tool call never loses its
+        output; system/developer messages and the last user message stay), as few as leave
+        room for `max_output_tokens` (at most half the window; 1 token without it); found
+        by bisection over the split points. Nothing can help: the 400
+        `context_length_exceeded` a disabled truncation gives."""
+        context = self._model.info.context_length
+        limit = context - min(plan.max_output_tokens or 1, context // 2)
+        candidates = compaction.truncations(plan.history)
+
+        async def attempt(items: list[dict[str, Any]]) -> tuple[Plan, Rendered]:
+            messages = await self._with_reasoning(
+                chat_messages(plan.echo["instructions"], items))
+            rendered = await self._model.render(messages, plan.template_tools,
+                                                plan.template_kwargs, submits=False)
+            return attrs.evolve(plan, messages=messages, history=items), rendered
+
+        lo, hi = 0, len(candidates) - 1   # candidates[hi] drops the most
+        best = await attempt(candidates[hi])
+        if len(best[1].tokens) > limit:
+            raise ContextLengthExceeded(
+                f"the input is {len(best[1].tokens)} tokens even with every earlier turn "
+                f"dropped; this model's context window is {context}", param="input")
+        while lo < hi:
+            mid = (lo + hi) // 2
+            tried = await attempt(candidates[mid])
+            if len(tried[1].tokens) <= limit:
+                best, hi = tried, mid
+            else:
+                lo = mid + 1
+        if submits:   # rendered for counting above; the one that is submitted says so
+            best = (best[0], await self._model.render(best[0].messages, plan.template_tools,
+                                                      plan.template_kwargs, submits=True))
+        return best
+
+    def _needs_compaction(self, plan: Plan, rendered: Rendered) -> bool:
+        """context_management asks for compaction once the input reaches its threshold or
+        leaves no room for output."""
+        n = len(rendered.tokens)
+        return plan.compact_threshold is not None and (
+            n >= plan.compact_threshold or n >= self._model.info.context_length)
+
+    async def _compacted(self, req: CreateResponse, plan: Plan, rendered: Rendered
+                         ) -> Prepared:
+        """Compacts the plan's history before generation; the output will open with the
+        compaction item, and the kept turn is the compacted one."""
+        result = await compactor.compact(self._model, Transcript.of(plan),
+                                         before=len(rendered.tokens))
+        compacted = attrs.evolve(plan, messages=result.messages)
+        done = Compacted(result.item, result.before, result.after)
+        return finalize(req, compacted, result.rendered, self._model.info, done)
