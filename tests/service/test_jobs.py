@@ -1,0 +1,119 @@
+"""Jobs: unfinished responses refused as previous_response_id and for delete, cancel's
+answer, and the reaper failing an orphaned job."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from triode.actors.jobs import JobBoard
+from triode.actors.registry import Registry
+from triode.errors import InvalidRequest, NotFound
+from triode.responses import history
+from triode.responses.builder import ResponseBuilder
+from triode.service.jobs import ORPHANED
+
+from ..conftest import REDIS_URL
+from .conftest import FakeModel, request, start_service, statuses, until
+
+
+async def held_job(nursery, **fields):
+    """A service and a background job of it that has started generating and waits."""
+    model = FakeModel(reply="one two three")
+    model.hold = trio.Event()
+    service = await start_service(nursery, model=model)
+    started = await service.turns.create(request(background=True, **fields))
+    await until(lambda: started.handle.status == "in_progress")
+    return service, started.handle
+
+
+async def test_previous_response_id_naming_a_running_job_is_refused(nursery, clock):
+    """Continuing a job that is still running is a 400 with its live status (in_progress,
+    while its stored record still says queued)."""
+    service, job = await held_job(nursery)
+    with pytest.raises(InvalidRequest) as refused:
+        await service.turns.create(request(previous_response_id=job.response_id))
+    assert refused.value.message == (
+        f"previous response '{job.response_id}' has not finished (status: in_progress)")
+    assert refused.value.param == "previous_response_id"
+
+
+async def test_deleting_a_running_background_job_is_refused(nursery, clock):
+    """DELETE of an unfinished background job is a 400 asking for a cancel; the job stays
+    stored."""
+    service, job = await held_job(nursery)
+    with pytest.raises(InvalidRequest) as refused:
+        await service.turns.delete(job.response_id)
+    assert refused.value.status == 400
+    assert refused.value.message.endswith("(status: in_progress); cancel it before deleting it")
+    assert (await service.turns.stored(job.response_id))["response"]["status"] == "queued"
+
+
+async def test_cancel_answers_with_the_stored_cancelled_job(nursery, clock):
+    """Cancelling a background job returns exactly what a poll then reads: the stored,
+    cancelled object."""
+    service, job = await held_job(nursery)
+    answer = await service.turns.cancel(job.response_id)
+    assert answer["status"] == "cancelled"
+    assert answer == (await service.turns.stored(job.response_id))["response"]
+    assert await service.turns.live(job.response_id) is None
+
+
+async def test_cancel_of_an_unstored_response_answers_with_its_final_object(nursery, clock):
+    """A foreground `store: false` response has nothing stored: cancel answers with the
+    cancelled object itself."""
+    model = FakeModel(reply="one two three")
+    model.hold = trio.Event()
+    service = await start_service(nursery, model=model)
+    started = await service.turns.create(request(store=False))
+    await until(lambda: started.handle.status == "in_progress")
+    response_id = started.handle.response_id
+    assert await service.turns.live(response_id) is None   # nothing to poll meanwhile
+    answer = await service.turns.cancel(response_id)
+    assert answer["id"] == response_id
+    assert answer["status"] == "cancelled" and answer["store"] is False
+    with pytest.raises(NotFound):
+        await service.turns.stored(response_id)
+
+
+async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, redis_prefix):
+    """A job whose owning process's lease is gone is stored as `failed` with the orphan
+    error, and its event stream gets the closing response.failed."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        async with trio.open_nursery() as board_nursery:   # ends before the client closes
+            registry = await board_nursery.start(Registry().run)   # where its cancels go
+            board = await board_nursery.start(JobBoard(client, redis_prefix, registry,
+                                                       lease_secs=0.2).run)
+            service = await start_service(nursery, board=board)
+            plan, _ = await service.turns.prepare(request(background=True))
+            builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
+            builder.created()
+            builder.in_progress()
+            await service.responses.put("resp_orphan", history.record(builder.obj, []),
+                                        pinned=True)
+            for event in builder.events:
+                await board.add_event("resp_orphan", event)
+            client.set(board.key("job", "resp_orphan"), "a-process-that-stopped")
+            client.sadd(board.key("jobs"), "resp_orphan")
+            board_nursery.start_soon(service.turns.reap)
+            with trio.fail_after(10):
+                while (await service.responses.get("resp_orphan"))["response"]["status"] \
+                        != "failed":
+                    await trio.sleep(0.05)
+            record = await service.turns.stored("resp_orphan")
+            assert record["response"]["output"] == []
+            assert record["response"]["error"] == {"code": "server_error",
+                                                   "message": ORPHANED}
+            stored_events = await service.turns.stored_events("resp_orphan", -1)
+            assert statuses(stored_events) == ["response.created", "response.in_progress",
+                                               "response.failed"]
+            assert stored_events[-1]["sequence_number"] == 2
+            mirrored = [e for _, e in await board.events("resp_orphan")]
+            assert mirrored == stored_events
+            assert client.get(board.key("job", "resp_orphan")) is None
+            board_nursery.cancel_scope.cancel()
+    finally:
+        client.close()
