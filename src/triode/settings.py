@@ -1,9 +1,9 @@
 """Settings: every command-line flag, its default and the environment variables it reads.
 
 The command line wins over the environment; among environment variables the `TRIODE_*` name
-wins over the seed's `LLAMA_ARG_*` / `MLXCEL_*` names. `Settings` is the one table: each field
-is a flag (`flag(default, help, env=...)`); FLAGS, the argument parser, the environment
-reader and docs/configuration.md all come from it.
+wins over the compatible `LLAMA_ARG_*` / `MLXCEL_*` names (docs/configuration.md).
+`Settings` is the one table: each field is a flag (`flag(default, help, env=...)`); FLAGS,
+the argument parser, the environment reader and docs/configuration.md all come from it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 @attrs.frozen
 class FlagInfo:
-    """What a setting's flag adds to its field: help text, the seed's extra environment
+    """What a setting's flag adds to its field: help text, the extra (compatible) environment
     names (read after `TRIODE_*`) and the allowed values."""
 
     help: str
@@ -186,7 +186,7 @@ class Flag:
     type: Callable[[str], Any]     # parses its command-line or environment text
     default: Any
     help: str
-    env: tuple[str, ...] = ()      # extra environment names (the seed's), after TRIODE_*
+    env: tuple[str, ...] = ()      # extra environment names, read after TRIODE_*
     choices: tuple[str, ...] | None = None
 
     @property

@@ -223,7 +223,7 @@ async def _start_tree(settings: Settings, *,
             max_entries=settings.conversation_store_max_entries,
             max_bytes=settings.conversation_store_max_bytes,
             ttl_secs=settings.conversation_store_ttl_secs, backend=backend).run)
-        # The seed's reasoning echo exists for the prompt cache: off with it.
+        # The reasoning echo exists for the prompt cache: off with it (docs/configuration.md).
         echo: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
             max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
             backend=backend).run)

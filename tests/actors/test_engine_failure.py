@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from triode.responses.objects import plain
+
 from triode.actors.model import ModelActor
 from triode.actors.registry import Registry
 from triode.actors.supervisor import Supervisor
@@ -78,7 +80,7 @@ async def test_engine_death_fails_its_jobs_and_a_fresh_engine_serves_new_ones():
                                    "alpha beta gamma delta epsilon zeta eta theta iota kappa")
         other = await start_job(registry, model, "lambda mu nu xi omicron pi rho sigma tau")
         with trio.fail_after(60):
-            failed = [await long_job.wait(), await other.wait()]
+            failed = [plain(await long_job.wait()), plain(await other.wait())]
         for obj in failed:
             assert obj["status"] == "failed", obj
             assert obj["error"]["code"] == "server_error"
@@ -87,7 +89,7 @@ async def test_engine_death_fails_its_jobs_and_a_fresh_engine_serves_new_ones():
         assert stats.engine_error == "RuntimeError: injected engine failure"
         assert stats.slots_busy == 0 and stats.queue_depth == 0
         with trio.fail_after(60):
-            fresh = await (await start_job(registry, model, "hello")).wait()
+            fresh = plain(await (await start_job(registry, model, "hello")).wait())
         assert fresh["status"] == "completed"
         assert fresh["output"][0]["content"][0]["text"] == "hello"
         stats = await model.statistics()
@@ -126,7 +128,7 @@ async def test_a_failure_handling_a_step_is_an_engine_death_not_the_processes(
         model = await nursery.start(actor.run)
         registry = await nursery.start(Registry(background_max_jobs=8).run)
         with trio.fail_after(60):
-            failed = await (await start_job(registry, model, "alpha beta gamma delta")).wait()
+            failed = plain(await (await start_job(registry, model, "alpha beta gamma delta")).wait())
         assert failed["status"] == "failed", failed
         assert failed["error"]["code"] == "server_error"
         stats = await model.statistics()
@@ -137,7 +139,7 @@ async def test_a_failure_handling_a_step_is_an_engine_death_not_the_processes(
                   and str(r.exc_info[1]) == "injected step failure"]
         assert len(logged) == 1 and logged[0].exc_info[2] is not None
         with trio.fail_after(60):
-            fresh = await (await start_job(registry, model, "hello")).wait()
+            fresh = plain(await (await start_job(registry, model, "hello")).wait())
         assert fresh["status"] == "completed", fresh
         assert fresh["output"][0]["content"][0]["text"] == "hello"
         stats = await model.statistics()

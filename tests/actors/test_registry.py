@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from triode.responses.objects import plain
+
 from triode.actors.model import ModelActor
 from triode.actors.registry import Registry
 from triode.actors.supervisor import Supervisor
@@ -51,10 +53,10 @@ async def test_a_full_queue_refuses_the_start_and_the_registry_keeps_serving():
         assert await registry.lookup("resp_refused") is None
         assert (await registry.statistics()).live == 1
         assert await registry.cancel("resp_busy") is busy
-        final = await busy.wait()
+        final = plain(await busy.wait())
         assert final["status"] == "cancelled"
         done = await registry.start(lambda: supervisor(model, "resp_after", 3))
-        assert (await done.wait())["status"] == "incomplete"
+        assert plain(await done.wait())["status"] == "incomplete"
         nursery.cancel_scope.cancel()
 
 
@@ -65,8 +67,8 @@ async def test_cancel_after_completion_changes_nothing():
                                                engine_factory=FakeEngine).run)
         registry = await nursery.start(Registry().run)
         handle = await registry.start(lambda: supervisor(model, "resp_x", 2))
-        obj = await handle.wait()
+        obj = plain(await handle.wait())
         handle.cancel()
-        assert obj["status"] == "incomplete" and (await handle.wait())["status"] == "incomplete"
+        assert obj["status"] == "incomplete" and plain(await handle.wait())["status"] == "incomplete"
         assert await registry.cancel("resp_x") is None
         nursery.cancel_scope.cancel()

@@ -17,7 +17,7 @@ import httpx
 from websockets.sync.client import connect
 
 from triode.http.access import AccessRecord, Usage, access_line
-from triode.responses.ids import usage
+from triode.responses.objects import usage
 from triode.settings import resolve
 
 from ..conftest import run_server, wait_until

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from triode.responses.objects import plain
+
 from triode.actors.jobs import JobBoard
 from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
@@ -53,7 +55,7 @@ async def test_cancel_answers_with_the_stored_cancelled_job(nursery, clock):
     """Cancelling a background job returns exactly what a poll then reads: the stored,
     cancelled object."""
     service, job = await held_job(nursery)
-    answer = await service.turns.cancel(job.response_id)
+    answer = plain(await service.turns.cancel(job.response_id))
     assert answer["status"] == "cancelled"
     assert answer == (await service.turns.stored(job.response_id))["response"]
     assert await service.turns.live(job.response_id) is None
@@ -69,7 +71,7 @@ async def test_cancel_of_an_unstored_response_answers_with_its_final_object(nurs
     await until(lambda: started.handle.status == "in_progress")
     response_id = started.handle.response_id
     assert await service.turns.live(response_id) is None   # nothing to poll meanwhile
-    answer = await service.turns.cancel(response_id)
+    answer = plain(await service.turns.cancel(response_id))
     assert answer["id"] == response_id
     assert answer["status"] == "cancelled" and answer["store"] is False
     with pytest.raises(NotFound):

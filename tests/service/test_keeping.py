@@ -8,10 +8,12 @@ import logging
 import pytest
 import trio
 
+from triode.responses.objects import plain
+
 from triode.errors import NotFound
 from triode.responses import history
 from triode.responses.builder import ResponseBuilder
-from triode.responses.ids import usage
+from triode.responses.objects import usage
 from triode.responses.lifecycle import Status
 from triode.service.keeping import KEEP_RETRY_INTERVAL, KEEP_RETRY_SECS
 
@@ -48,7 +50,7 @@ async def test_keep_retries_until_the_store_comes_back(nursery, clock, caplog):
     backend.down = False
     await kept.wait()
     assert trio.current_time() - began == pytest.approx(3 * KEEP_RETRY_INTERVAL)
-    assert (await service.turns.stored("resp_kept"))["response"] == obj
+    assert (await service.turns.stored("resp_kept"))["response"] == plain(obj)
     retries = [r for r in caplog.records if "store unavailable, retrying" in r.getMessage()]
     assert len(retries) == 3
 
@@ -79,7 +81,7 @@ async def test_a_job_too_large_for_the_budget_is_stored_failed_without_output(nu
     model = FakeModel(reply="word " * 3000)
     service = await start_service(nursery, model=model, max_bytes=40_000)
     started = await service.turns.create(request(background=True))
-    final = await started.handle.wait()
+    final = plain(await started.handle.wait())
     assert final["status"] == "completed"   # what the supervisor ended with
     record = await service.turns.stored(final["id"])
     kept = record["response"]
@@ -95,7 +97,7 @@ async def test_a_store_false_job_is_readable_for_the_ephemeral_ttl_only(nursery,
     store's TTL), then it is gone."""
     service = await start_service(nursery, ttl_secs=3600, ephemeral_ttl_secs=10)
     started = await service.turns.create(request(background=True, store=False))
-    final = await started.handle.wait()
+    final = plain(await started.handle.wait())
     ended = trio.current_time()
     await trio.sleep_until(ended + 9)
     kept = (await service.turns.stored(final["id"]))["response"]

@@ -8,6 +8,7 @@ import json
 import attrs
 import pytest
 
+from triode.responses.objects import plain
 from triode.errors import InvalidRequest
 from triode.responses import compaction
 from triode.responses.convert import structure
@@ -107,9 +108,9 @@ async def test_compact_summarizes_the_chain_before_its_input(nursery):
     service = await start_service(nursery, model=FakeModel(reply="a short summary"))
     first = await service.turns.create(request(input=conversation(turns=4)))
     await first.handle.wait()
-    compacted = await service.turns.compact(structure(
+    compacted = plain(await service.turns.compact(structure(
         {"model": MODEL, "input": "and now?", "keep_tokens": 8,
-         "previous_response_id": first.handle.response_id}, CompactRequest))
+         "previous_response_id": first.handle.response_id}, CompactRequest)))
     output = compacted["output"]
     assert output[-1]["type"] == "compaction"
     assert [i["content"][0]["text"] for i in output[:-1]] == ["and now?"]

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import attrs
 import trio
 
+from ..responses.objects import AnyEvent, dumps
 from ..errors import StoreUnavailable
 from .registry import RegistryHandle
 from .supervisor import SupervisorHandle
@@ -80,10 +81,10 @@ class JobBoardHandle:
         found = await self._redis(self._client.xrange, self.key("events", response_id), start)
         return [(bytes(sid).decode(), json.loads(fields[b"e"])) for sid, fields in found]
 
-    async def add_event(self, response_id: str, event: dict[str, Any]) -> None:
+    async def add_event(self, response_id: str, event: AnyEvent) -> None:
         stream = self.key("events", response_id)
         pipe = self._client.pipeline()
-        pipe.xadd(stream, {"e": json.dumps(event, separators=(",", ":"))})
+        pipe.xadd(stream, {"e": dumps(event)})
         pipe.expire(stream, int(EVENTS_KEEP_SECS))
         await self._redis(pipe.execute)
 
@@ -177,7 +178,7 @@ class JobBoard:
                 stream = board.key("events", job.response_id)
                 pipe = self._client.pipeline()
                 for event in batch:
-                    pipe.xadd(stream, {"e": json.dumps(event, separators=(",", ":"))})
+                    pipe.xadd(stream, {"e": dumps(event)})
                 pipe.expire(stream, int(EVENTS_KEEP_SECS))
                 await board._redis(pipe.execute)
         except StoreUnavailable as exc:

@@ -1,8 +1,8 @@
 """Mailbox messages: frozen attrs classes, one union per mailbox.
 
-Actor messages never reuse wire types: the HTTP layer translates a validated request into
-plain values (a `GenerationRequest`: token ids, sampling, a compiled grammar) before any actor
-sees it.
+Actor messages never reuse wire types: the turn service translates a validated request
+into plain values (a `GenerationRequest`: token ids, sampling, a compiled grammar) before
+any actor sees it (docs/architecture.md).
 """
 
 from __future__ import annotations

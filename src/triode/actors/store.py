@@ -28,6 +28,7 @@ import attrs
 import outcome
 import trio
 
+from ..responses.objects import dumps
 from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
 from .budget import BudgetStatistics
@@ -38,7 +39,9 @@ MAILBOX_SIZE = 64
 
 
 def encode_json(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """JSON of typed answers (responses/objects.py) or JSON-shaped data, by the one
+    converter."""
+    return dumps(obj).encode()
 
 
 @attrs.frozen

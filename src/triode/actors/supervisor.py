@@ -8,13 +8,15 @@ append-only, so a late reader replays what exists and then follows live.
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol
+
+import attrs
 
 import trio
 
 from ..errors import APIError, InvalidRequest
 from ..responses.builder import ResponseBuilder
-from ..responses.ids import Usage, usage
+from ..responses.objects import ResponseEvent, ResponseObject, StreamEvent, Usage, usage
 from ..responses.lifecycle import Event, Status, is_terminal, next_status
 from ..responses.output import OutputAssembler, StopMatcher
 from ..responses.prepared import Prepared
@@ -32,8 +34,8 @@ class Keeper(Protocol):
     """What a response's end is handed to, before anyone is told it ended (the turn
     service: store the response, extend its conversation, remember its reasoning)."""
 
-    async def keep(self, plan: Plan, obj: dict[str, Any],
-                   events: list[dict[str, Any]]) -> None: ...
+    async def keep(self, plan: Plan, obj: ResponseObject,
+                   events: list[StreamEvent]) -> None: ...
 
 
 class Supervisor:
@@ -241,25 +243,26 @@ class SupervisorHandle:
         return self._sup.background
 
     @property
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ResponseObject:
         return self._sup.builder.obj
 
-    def created(self) -> dict[str, Any]:
+    def created(self) -> ResponseObject:
         """The object as it was created (queued): what a background create returns."""
-        created: dict[str, Any] = self._sup.builder.events[0]["response"]
-        return created
+        created = self._sup.builder.events[0]
+        assert isinstance(created, ResponseEvent)   # response.created comes first
+        return created.response
 
-    def polled(self) -> dict[str, Any]:
+    def polled(self) -> ResponseObject:
         """What a poll of an unfinished response shows. A background job shows its status
-        only: output [] and usage all 0 until it ends (the seed: no partial output)."""
+        only: output [] and usage all 0 until it ends (no partial output: docs/architecture.md)."""
         obj = self._sup.builder.obj
         if not self.background or self.done:
             return obj
         # Until its final object is stored (done), a job that just ended still reads as
         # in_progress: a poll that sees a terminal status must find it stored.
-        status = obj["status"] if obj["status"] == Status.QUEUED.value else \
-            Status.IN_PROGRESS.value
-        return {**obj, "status": status, "output": [], "usage": usage()}
+        status = Status.QUEUED if obj.status is Status.QUEUED else Status.IN_PROGRESS
+        return attrs.evolve(obj, status=status, output=[], usage=usage(),
+                            completed_at=None)
 
     def cancel(self) -> None:
         self._sup.cancel()
@@ -267,20 +270,15 @@ class SupervisorHandle:
     def shut_down(self, reason: str) -> None:
         self._sup.shut_down(reason)
 
-    async def wait(self) -> dict[str, Any]:
+    async def wait(self) -> ResponseObject:
         await self._sup.wait_done()
         return self._sup.builder.obj
 
-    async def follow(self, starting_after: int = -1) -> AsyncIterator[dict[str, Any]]:
-        """Every event after `starting_after`, then live ones until the terminal state."""
-        async for batch in self.follow_batches(starting_after):
-            for event in batch:
-                yield event
-
     async def follow_batches(self, starting_after: int = -1
-                             ) -> AsyncIterator[list[dict[str, Any]]]:
-        """As `follow`, but every event that is ready at a wake-up comes in one list, so a
-        reader can write them with one send instead of one per event."""
+                             ) -> AsyncIterator[list[StreamEvent]]:
+        """Every event after `starting_after`, then live ones until the terminal state; every
+        event that is ready at a wake-up comes in one list, so a reader can write them with
+        one send instead of one per event."""
         sup = self._sup
         i = starting_after + 1
         while True:

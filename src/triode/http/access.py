@@ -28,6 +28,8 @@ import attrs
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
+from ..responses.objects import (AnyEvent, CompactedHistory, ResponseEvent, ResponseObject,
+                                Usage as ResponseUsage, event_type)
 
 log = logging.getLogger("triode.access")
 
@@ -79,28 +81,44 @@ class AccessRecord:
         usage = Usage(input_tokens, cached_tokens, output_tokens)
         self.usage = usage if self.usage is None else self.usage + usage
 
-    def record_object(self, obj: Mapping[str, Any]) -> None:
+    def record_object(self, obj: ResponseObject | CompactedHistory | Mapping[str, Any]
+                      ) -> None:
         """A response object (or a compaction) the request answered with: its id, and its
         usage once it has one. A queued or running object's usage is all 0 until it ends,
         so only an object in a terminal status (a compaction has no status: it is done)
-        counts its tokens."""
-        self.record_response(obj["id"])
-        status = obj.get("status")
-        if status is None or status in TERMINAL_STATUSES:
-            self._record_usage_of(obj)
+        counts its tokens. A stored object comes as its JSON."""
+        if isinstance(obj, ResponseObject):
+            self.record_response(obj.id)
+            if obj.status in TERMINAL_STATUSES:
+                self._record_usage(obj.usage)
+        elif isinstance(obj, CompactedHistory):
+            self.record_response(obj.id)
+            self._record_usage(obj.usage)
+        else:
+            self.record_response(obj["id"])
+            status = obj.get("status")
+            if status is None or status in TERMINAL_STATUSES:
+                self._record_usage_json(obj.get("usage"))
 
-    def record_event(self, event: Mapping[str, Any]) -> None:
+    def record_event(self, event: AnyEvent) -> None:
         """A stream event about to be sent: a terminal one ends a response (its tokens are
         counted), an error one is an error frame. The other events count for nothing."""
-        kind = event["type"]
+        kind = event_type(event)
         if kind in TERMINAL_EVENTS:
             self.responses += 1
-            self._record_usage_of(event["response"])
+            if isinstance(event, ResponseEvent):
+                self._record_usage(event.response.usage)
+            elif isinstance(event, dict):
+                self._record_usage_json(event["response"].get("usage"))
         elif kind == "error":
             self.errors += 1
 
-    def _record_usage_of(self, obj: Mapping[str, Any]) -> None:
-        usage = obj.get("usage")
+    def _record_usage(self, usage: ResponseUsage | None) -> None:
+        if usage is not None:
+            self.record_usage(usage.input_tokens, usage.input_tokens_details.cached_tokens,
+                              usage.output_tokens)
+
+    def _record_usage_json(self, usage: Mapping[str, Any] | None) -> None:
         if usage is not None:
             self.record_usage(usage["input_tokens"],
                               usage["input_tokens_details"]["cached_tokens"],

@@ -10,6 +10,7 @@ from typing import Any
 import zstandard
 from quart import Response, request
 
+from ..responses.objects import dumps
 from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 # Bytes a request body may have; one more is a 413.
@@ -114,8 +115,8 @@ def check_body(body: Any) -> None:
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status=status, content_type="application/json")
+    """`obj`: a typed answer (responses/objects.py) or JSON-shaped data."""
+    return Response(dumps(obj), status=status, content_type="application/json")
 
 
 def query_int(name: str, default: int, *, lo: int, hi: int | None = None) -> int:

@@ -214,7 +214,15 @@ def _sse_frame(schemas: Schemas) -> JSON:
             "properties": {
                 "event": {"type": "string"},
                 "data": {"type": "string", "contentMediaType": "application/json",
-                         "contentSchema": schemas.of(StreamEvent)}}}
+                         "contentSchema": _stream_event(schemas)}}}
+
+
+def _stream_event(schemas: Schemas) -> JSON:
+    """The union of the event types, as one named schema (`StreamEvent`)."""
+    schemas.components.setdefault("StreamEvent", {
+        "description": "One typed event of a response's stream; `type` names it.",
+        **schemas.of(StreamEvent)})
+    return schemas.ref("StreamEvent")
 
 
 def _link(paths: dict[str, JSON], answers: dict[str, Any]) -> None:

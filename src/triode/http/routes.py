@@ -3,7 +3,7 @@ route is also mounted without the `/v1` prefix (`route`)."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable, Literal, TypedDict
+from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypedDict, TypeVar
 
 import trio
 from quart import Blueprint, Response, current_app, make_response, request
@@ -12,7 +12,7 @@ from ..service.jobs import LiveResponse
 from ..errors import InvalidRequest, NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
-from ..responses.objects import CompactedHistory, ResponseObject
+from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, event_type
 from ..responses.wire import CompactRequest, CreateResponse
 from ..service.turns import Started
 from ..system import Handles
@@ -31,7 +31,10 @@ def handles() -> Handles:
     return handles
 
 
-def told(obj: dict[str, Any]) -> dict[str, Any]:
+Told = TypeVar("Told", ResponseObject, CompactedHistory, dict[str, Any])
+
+
+def told(obj: Told) -> Told:
     """A response object, once the access log has been told its id and usage."""
     access_record(request.scope).record_object(obj)
     return obj
@@ -291,7 +294,7 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
             async for batch in handle.follow_batches(starting_after):
                 record.record_event(batch[-1])   # a terminal event ends the stream
                 yield sse.frames(batch)
-                if batch[-1]["type"].endswith(".delta"):
+                if event_type(batch[-1]).endswith(".delta"):
                     with trio.move_on_after(STREAM_COALESCE_SECS):
                         await handle.wait()  # the end is written at once
         finally:
@@ -301,7 +304,7 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
     return await sse_response(frames())
 
 
-async def replay_response(events: list[dict[str, Any]]) -> Response:
+async def replay_response(events: Sequence[AnyEvent]) -> Response:
     record = access_record(request.scope)
 
     async def frames() -> AsyncIterator[bytes]:

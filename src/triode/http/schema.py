@@ -10,8 +10,10 @@ Two kinds of type are walked, each into a named schema under `components/schemas
   except the input items `convert.IMPLICIT_ITEM_TYPES` lets leave it out; every other union
   is an `anyOf` (the converter's string-or-list and string-or-object hooks accept exactly
   that).
-- answers: TypedDicts (`responses/objects.py` and the routes' own), every key required but
-  the `NotRequired` ones, other keys allowed (a client must not break on a new field).
+- answers: the attrs answer types of `responses/objects.py` (every field required but the
+  ones left out while None) and TypedDicts (the canonical input items, the routes' own),
+  every key required but the `NotRequired` ones; other keys allowed (a client must not
+  break on a new field).
 
 `Refinements` add what a type cannot say but the request's validation enforces (bounds,
 enums of accepted strings, list lengths); they are keyed by class and field and built from
@@ -73,6 +75,8 @@ class Schemas:
             return {"type": "object", **({"additionalProperties": values} if values else {})}
         if origin in (Union, types.UnionType):
             return self._union(tp, args)
+        if attrs.has(tp) and getattr(tp, "__triode_answer__", False):
+            return self._named_schema(tp, self._answer_schema)
         if attrs.has(tp):
             return self._named_schema(tp, self._attrs_schema)
         if typing.is_typeddict(tp):
@@ -124,6 +128,25 @@ class Schemas:
             out["description"] = " ".join(cls.__doc__.split())
         return out
 
+    def _answer_schema(self, cls: type) -> JSON:
+        """An answer type (responses/objects.py): every field is present but the ones left
+        out while None; other keys allowed (a client must not break on a new field)."""
+        hints = typing.get_type_hints(cls)
+        properties: JSON = {}
+        required: list[str] = []
+        for field in attrs.fields(cls):
+            properties[field.name] = {**self.of(hints[field.name]),
+                                      **self._refinements.get((cls, field.name), {})}
+            if field.metadata.get("omitted"):
+                # Left out while None: present, it has a value.
+                properties[field.name] = self.of(_without_none(hints[field.name]))
+            else:
+                required.append(field.name)
+        out: JSON = {"type": "object", "properties": properties, "required": required}
+        if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}("):
+            out["description"] = " ".join(cls.__doc__.split())
+        return out
+
     def _typeddict_schema(self, td: type) -> JSON:
         hints = typing.get_type_hints(td, include_extras=True)
         properties: JSON = {}
@@ -140,6 +163,11 @@ class Schemas:
         if td.__doc__:
             out["description"] = " ".join(td.__doc__.split())
         return out
+
+
+def _without_none(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return Union[tuple(args)] if len(args) > 1 else args[0]
 
 
 def _union_key(tp: Any) -> frozenset[Any]:

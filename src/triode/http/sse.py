@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Sequence
+
+from ..responses.objects import AnyEvent, dumps, event_type
 
 
-# One encoder for every frame: json.dumps with non-default options builds a new one per call.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def frame(event: dict[str, Any]) -> bytes:
-    return f"event: {event['type']}\ndata: {_encode(event)}\n\n".encode()
-
-
-def frames(events: list[dict[str, Any]]) -> bytes:
+def frames(events: Sequence[AnyEvent]) -> bytes:
     """Several events framed back to back, for one write."""
-    return "".join([f"event: {e['type']}\ndata: {_encode(e)}\n\n" for e in events]).encode()
+    return "".join([f"event: {event_type(e)}\ndata: {dumps(e)}\n\n" for e in events]).encode()
 
 
 HEADERS = {

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import trio
 from quart import websocket
@@ -30,6 +30,8 @@ from quart import websocket
 from ..actors.supervisor import SupervisorHandle
 from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
 from ..responses.convert import structure
+from ..responses.lifecycle import TERMINAL_EVENTS
+from ..responses.objects import AnyEvent, dumps, event_type, plain
 from ..responses.wire import CreateResponse
 from ..service.turns import LocalResponses, Turns
 from .access import access_record
@@ -42,7 +44,6 @@ log = logging.getLogger(__name__)
 # `stream` is implicit (the Agents SDK and Codex send `true`), `stream_id` names the lane,
 # `generate: false` asks for a warm-up.
 ENVELOPE = frozenset({"type", "stream", "stream_id", "generate"})
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # Frames a client sends that need no answer: Codex acknowledges each response it consumed.
 ACKNOWLEDGEMENTS = frozenset({"response.processed"})
 
@@ -50,7 +51,6 @@ LANE_QUEUE = 4           # creates waiting on one lane; past it the socket stops
 MAX_NAMED_LANES = 32     # distinct stream_ids per socket, as OpenAI's service allows
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 async def responses_socket() -> None:
@@ -160,7 +160,7 @@ class Socket:
         last = None
         async for batch in handle.follow_batches():
             await self._send_events(batch, stream_id)
-            last = batch[-1]["type"]
+            last = event_type(batch[-1])
             if last.endswith(".delta"):
                 with trio.move_on_after(STREAM_COALESCE_SECS):
                     await handle.wait()  # the end is sent at once
@@ -170,12 +170,12 @@ class Socket:
             raise InvalidRequest(f"Response '{handle.response_id}' was cancelled.",
                                  code="response_cancelled")
 
-    async def _send_events(self, events: list[dict[str, Any]], stream_id: str | None) -> None:
+    async def _send_events(self, events: Sequence[AnyEvent], stream_id: str | None) -> None:
         async with self._send_lock:
             for event in events:
                 self._access.record_event(event)
-                await websocket.send(_encode(event if stream_id is None
-                                             else {**event, "stream_id": stream_id}))
+                await websocket.send(dumps(event) if stream_id is None
+                                     else dumps({**plain(event), "stream_id": stream_id}))
 
     async def _send_error(self, exc: APIError, stream_id: str | None) -> None:
         await self._send_events([error_frame(exc)], stream_id)

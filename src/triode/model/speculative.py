@@ -1,4 +1,5 @@
-"""Prompt-lookup speculative decoding inside mlx-lm's batched generation (issue 16).
+"""Prompt-lookup speculative decoding inside mlx-lm's batched generation
+(docs/architecture.md, docs/benchmarks.md).
 
 No draft model: a sequence's draft is what followed the most recent earlier occurrence of its
 last few tokens in its own prompt and output (an edit, a quote, code being rewritten repeat

@@ -1,8 +1,8 @@
 """Compaction, the pure parts: the `compaction` item, its replay, and where history splits.
 
 A compaction item stands in for every turn before it. Its `encrypted_content` is base64url
-JSON `{"summary": str, "items": [kept items]}`; it is *not* encrypted (the seed says so) and
-is client data like any other input. Replaying a history whose last compaction item is at
+JSON `{"summary": str, "items": [kept items]}`; it is *not* encrypted (docs/architecture.md)
+and is client data like any other input. Replaying a history whose last compaction item is at
 position k gives: the system/developer messages before k, one user message carrying the
 summary (a system message), the kept items from the blob, then everything after k. That one rule serves both
 places a compaction item appears:

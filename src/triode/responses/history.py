@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import attrs
+
 from ..errors import InvalidRequest
+from .lifecycle import Status
+from .objects import AnyEvent, ResponseError, ResponseEvent, ResponseObject, plain
 
 
 class ResponseReader(Protocol):
@@ -21,11 +25,12 @@ class ResponseReader(Protocol):
 MAX_CHAIN = 10_000
 
 
-def record(response: dict[str, Any], items: list[dict[str, Any]], *,
+def record(response: ResponseObject | dict[str, Any], items: list[dict[str, Any]], *,
            ephemeral: bool = False) -> dict[str, Any]:
-    """What the response store keeps for one response. An ephemeral one (a background job
-    with store: false) can be polled but not continued."""
-    rec: dict[str, Any] = {"response": response, "input": items}
+    """What the response store keeps for one response (JSON-shaped: the object's JSON and
+    its canonical input items). An ephemeral one (a background job with store: false) can
+    be polled but not continued."""
+    rec: dict[str, Any] = {"response": plain(response), "input": items}
     if ephemeral:
         rec["ephemeral"] = True
     return rec
@@ -35,14 +40,14 @@ USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will
 TOO_LARGE = ("the response is larger than --responses-store-max-bytes and could not be kept")
 
 
-def too_large(obj: dict[str, Any], items: list[dict[str, Any]], created: dict[str, Any], *,
-              ephemeral: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def too_large(obj: ResponseObject, items: list[dict[str, Any]], created: AnyEvent, *,
+              ephemeral: bool) -> tuple[dict[str, Any], list[AnyEvent]]:
     """What is stored for a finished job whose final object the byte budget cannot hold:
     the object as `failed`, without output, and its events (the created one, then
     response.failed)."""
-    failed = {**obj, "status": "failed", "output": [], "incomplete_details": None,
-              "error": {"code": "server_error", "message": TOO_LARGE}}
-    closing = {"type": "response.failed", "sequence_number": 1, "response": failed}
+    failed = attrs.evolve(obj, status=Status.FAILED, output=[], incomplete_details=None,
+                          error=ResponseError("server_error", TOO_LARGE))
+    closing = ResponseEvent(type="response.failed", sequence_number=1, response=failed)
     return record(failed, items, ephemeral=ephemeral), [created, closing]
 
 

@@ -1,18 +1,43 @@
-"""The objects the API answers with, as types: canonical items, the fields a response
-echoes and the response object.
+"""The objects the API answers with, as types: usage, items, the response object and its
+stream events.
 
-The builders work on plain dicts (`items.canonical`, `builder.ResponseBuilder`; the echo is
-typed by `Echo` where `translate.plan` makes it); these types describe those dicts for the
-OpenAPI document (http/schema.py generates its response schemas from them), and
-tests/http/test_openapi.py checks what the builders really make against that document.
+Every answer triode makes of a response is one of these: `builder.ResponseBuilder` makes the
+response object and its events, the stores keep them as JSON, SSE, the WebSocket and the
+background poll send them, and the OpenAPI document is generated from them (http/schema.py).
+JSON is produced from them at one place, `plain` (one cattrs converter): a field marked
+`omitted` is left out while it is None, every other field is always present (null where it
+has no value), as the `openai` SDK's `Response` model and the Open Responses schema require
+(docs/architecture.md, "Response objects").
+
+The canonical *input* items (`items.canonical`) are the JSON-shaped dicts the stores keep,
+described by the TypedDicts below; output items become those same dicts when a turn is
+stored or replayed (`plain`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, NotRequired, TypedDict, Union
 
-from .ids import Usage
+import attrs
+import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
 from .lifecycle import Status
+
+# A field left out of the JSON while it is None (the API's optional keys).
+OMITTED: dict[str, bool] = {"omitted": True}
+
+
+def omitted(default: Any = None) -> Any:
+    return attrs.field(default=default, metadata=OMITTED)
+
+
+def answer(cls: type) -> type:
+    """Marks an attrs class as an answer type (http/schema.py: every field is required but
+    the omitted ones, other keys allowed)."""
+    setattr(cls, "__triode_answer__", True)
+    return cls
 
 
 # ---- canonical items, as the API answers with them --------------------------------------
@@ -115,27 +140,143 @@ ItemObject = Union[MessageObject, FunctionCallObject, CustomToolCallObject,
                    CompactionObject, AdditionalToolsObject]
 
 
-# ---- the response object ------------------------------------------------------------------
-# The request fields a response echoes (`translate.plan` builds them, typed by `Echo`), and
-# the object around them that the builder keeps; the OpenAPI document describes responses
-# with these types (http/schema.py).
+# ---- usage -------------------------------------------------------------------------------
 
-class ReasoningEcho(TypedDict):
-    effort: str | None
-    summary: str | None
-    context: NotRequired[str]
+@answer
+@attrs.frozen
+class InputTokensDetails:
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
-class TextEcho(TypedDict):
+@answer
+@attrs.frozen
+class OutputTokensDetails:
+    reasoning_tokens: int = 0
+
+
+@answer
+@attrs.frozen
+class Usage:
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
+          reasoning_tokens: int = 0) -> Usage:
+    return Usage(input_tokens, InputTokensDetails(cached_tokens), output_tokens,
+                 OutputTokensDetails(reasoning_tokens), input_tokens + output_tokens)
+
+
+# ---- content parts and items -------------------------------------------------------------
+# The output items the builder makes grow while they stream (their text, arguments, status),
+# so they are mutable; every event carries a copy, frozen in time.
+
+@answer
+@attrs.define(kw_only=True)
+class OutputTextPart:
+    type: Literal["output_text"] = "output_text"
+    text: str = ""
+    annotations: list[Any] = attrs.Factory(list)
+    logprobs: list[dict[str, Any]] | None = omitted()   # generated text only
+
+
+@answer
+@attrs.define(kw_only=True)
+class ReasoningTextPart:
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str = ""
+
+
+@answer
+@attrs.define(kw_only=True)
+class OutputMessage:
+    type: Literal["message"] = "message"
+    id: str
+    content: list[OutputTextPart]
+    status: str = "in_progress"
+    role: Literal["assistant"] = "assistant"
+
+
+@answer
+@attrs.define(kw_only=True)
+class OutputFunctionCall:
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str = ""
+    status: str = "in_progress"
+    namespace: str | None = omitted()
+
+
+@answer
+@attrs.define(kw_only=True)
+class OutputCustomToolCall:
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str = ""
+    status: str = "in_progress"
+    namespace: str | None = omitted()
+
+
+@answer
+@attrs.define(kw_only=True)
+class OutputReasoning:
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[ReasoningTextPart] = attrs.Factory(list)
+    content: list[ReasoningTextPart] = attrs.Factory(list)
+    encrypted_content: str | None = omitted()
+    status: str = "in_progress"
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class OutputCompaction:
+    type: Literal["compaction"] = "compaction"
+    id: str
+    encrypted_content: str
+
+
+CallItem = Union[OutputFunctionCall, OutputCustomToolCall]
+OutputItem = Union[OutputMessage, OutputFunctionCall, OutputCustomToolCall, OutputReasoning,
+                   OutputCompaction]
+
+
+# ---- the fields a response echoes --------------------------------------------------------
+
+@answer
+@attrs.frozen
+class ReasoningEcho:
+    effort: str | None = None
+    summary: str | None = None
+    context: str | None = omitted()
+
+
+@answer
+@attrs.frozen
+class TextEcho:
     format: dict[str, Any]
-    verbosity: NotRequired[str]
+    verbosity: str | None = omitted()
 
 
-class ConversationRef(TypedDict):
+@answer
+@attrs.frozen
+class ConversationRef:
     id: str
 
 
-class Echo(TypedDict):
+@attrs.frozen(kw_only=True)
+class Echo:
+    """The request fields a response echoes, with their effective values (`translate.plan`
+    makes it; the response object carries each as its own field)."""
+
     instructions: str | None
     max_output_tokens: int | None
     max_tool_calls: int | None
@@ -151,67 +292,294 @@ class Echo(TypedDict):
     tool_choice: str | dict[str, Any]
     tools: list[dict[str, Any]]
     top_p: float
+    presence_penalty: float
+    frequency_penalty: float
     top_logprobs: int
     truncation: Literal["auto", "disabled"]
     user: str | None
     service_tier: str
     prompt_cache_key: str | None
+    prompt_cache_retention: str | None
     safety_identifier: str | None
 
 
-class ResponseError(TypedDict):
+# ---- the response object -----------------------------------------------------------------
+
+@answer
+@attrs.frozen
+class ResponseError:
     code: str
     message: str
 
 
-class IncompleteDetails(TypedDict):
+@answer
+@attrs.frozen
+class IncompleteDetails:
     reason: str
 
 
-class ResponseObject(Echo):
+@answer
+@attrs.define(kw_only=True)
+class ResponseObject:
+    """A response object: every field of the `openai` SDK's `Response` model and of Open
+    Responses' required list, null where it has no value (docs/architecture.md)."""
+
     id: str
-    object: Literal["response"]
+    object: Literal["response"] = "response"
     created_at: int
-    status: Status
-    error: ResponseError | None
-    incomplete_details: IncompleteDetails | None
-    output: list[ItemObject]
-    usage: Usage | None
-    background: NotRequired[bool]
+    completed_at: int | None = None
+    status: Status = Status.QUEUED
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    output: list[OutputItem] = attrs.Factory(list)
+    usage: Usage | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    max_tool_calls: int | None
+    metadata: dict[str, str]
+    model: str
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    conversation: ConversationRef | None
+    reasoning: ReasoningEcho
+    store: bool
+    temperature: float
+    text: TextEcho
+    tool_choice: str | dict[str, Any]
+    tools: list[dict[str, Any]]
+    top_p: float
+    presence_penalty: float
+    frequency_penalty: float
+    top_logprobs: int
+    truncation: Literal["auto", "disabled"]
+    user: str | None
+    service_tier: str
+    prompt_cache_key: str | None
+    prompt_cache_retention: str | None
+    safety_identifier: str | None
+    # Fields of the SDK's model that have no local value here (null).
+    prompt: dict[str, Any] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_diagnostics: dict[str, Any] | None = None
+    tool_usage: dict[str, Any] | None = None
+    input_transformations: list[dict[str, Any]] | None = None
+    moderation: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
+    # Foreground responses leave the key out (docs/architecture.md, "Response objects").
+    background: bool | None = omitted()
+
+    @classmethod
+    def of(cls, response_id: str, echo: Echo, created_at: int) -> ResponseObject:
+        return cls(id=response_id, created_at=created_at,
+                   **{f.name: getattr(echo, f.name) for f in attrs.fields(Echo)})
 
 
-class CompactedHistory(TypedDict):
+@answer
+@attrs.frozen
+class CompactedHistory:
     """What `POST /v1/responses/compact` answers: the system/developer messages, the kept
     items and the compaction item, in that order."""
 
     id: str
-    object: Literal["response.compaction"]
     created_at: int
     model: str
-    output: list[ItemObject]
+    output: list[dict[str, Any]]
     usage: Usage
+    object: Literal["response.compaction"] = "response.compaction"
 
 
-class StreamEvent(TypedDict):
-    """One typed event of a response's stream, as `builder.ResponseBuilder` emits it (the SSE
-    `data` of each frame, a WebSocket text frame); which other fields it has depends on its
-    `type`."""
+# ---- stream events -----------------------------------------------------------------------
+# One class per event shape; `type` names the event (the SSE `event:` line). Frozen: an
+# event is a record of one moment, its item or response a copy taken then.
+
+@answer
+@attrs.frozen(kw_only=True)
+class ResponseEvent:
+    """response.created, .in_progress, .completed, .incomplete, .failed."""
 
     type: str
     sequence_number: int
-    response: NotRequired[ResponseObject]     # response.created, .in_progress, .completed ...
-    item: NotRequired[ItemObject]             # response.output_item.added / .done
-    part: NotRequired[ContentPartObject | ReasoningTextObject]   # content_part.added / .done
-    item_id: NotRequired[str]
-    output_index: NotRequired[int]
-    content_index: NotRequired[int]
-    delta: NotRequired[str]
-    text: NotRequired[str]
-    logprobs: NotRequired[list[Any]]
-    arguments: NotRequired[str]
-    input: NotRequired[str]
-    name: NotRequired[str]
-    response_id: NotRequired[str]             # mlx.compaction.started / .completed
-    input_tokens: NotRequired[int]
-    input_tokens_before: NotRequired[int]
-    input_tokens_after: NotRequired[int]
+    response: ResponseObject
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class OutputItemEvent:
+    """response.output_item.added / .done."""
+
+    type: str
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class ContentPartEvent:
+    """response.content_part.added / .done."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputTextPart | ReasoningTextPart
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class TextDeltaEvent:
+    """response.output_text.delta (with its logprobs) and response.reasoning_text.delta."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[dict[str, Any]] | None = omitted()
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class TextDoneEvent:
+    """response.output_text.done (with its logprobs) and response.reasoning_text.done."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[dict[str, Any]] | None = omitted()
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class CallDeltaEvent:
+    """response.function_call_arguments.delta, response.custom_tool_call_input.delta."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class CallDoneEvent:
+    """response.function_call_arguments.done (arguments, name) and
+    response.custom_tool_call_input.done (input)."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    arguments: str | None = omitted()
+    input: str | None = omitted()
+    name: str | None = omitted()
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class CompactionStartedEvent:
+    """mlx.compaction.started (an extension event: docs/architecture.md)."""
+
+    type: Literal["mlx.compaction.started"] = "mlx.compaction.started"
+    sequence_number: int
+    response_id: str
+    input_tokens: int
+
+
+@answer
+@attrs.frozen(kw_only=True)
+class CompactionCompletedEvent:
+    """mlx.compaction.completed (an extension event: docs/architecture.md)."""
+
+    type: Literal["mlx.compaction.completed"] = "mlx.compaction.completed"
+    sequence_number: int
+    response_id: str
+    input_tokens_before: int
+    input_tokens_after: int
+
+
+StreamEvent = Union[ResponseEvent, OutputItemEvent, ContentPartEvent, TextDeltaEvent,
+                    TextDoneEvent, CallDeltaEvent, CallDoneEvent, CompactionStartedEvent,
+                    CompactionCompletedEvent]
+
+# An event as a reader gets it: one this process made, or one read back from a store (JSON).
+AnyEvent = Union[StreamEvent, dict[str, Any]]
+
+
+# ---- JSON --------------------------------------------------------------------------------
+
+_json = cattrs.Converter()
+
+
+def _unstructure_factory(cls: type) -> Any:
+    overrides: dict[str, Any] = {a.name: override(omit_if_default=True) for a in attrs.fields(cls)
+                 if a.metadata.get("omitted")}
+    return make_dict_unstructure_fn(cls, _json, **overrides)
+
+
+_json.register_unstructure_hook_factory(attrs.has, _unstructure_factory)
+
+
+_OUTPUT_ITEMS: dict[str, type] = {
+    "message": OutputMessage, "function_call": OutputFunctionCall,
+    "custom_tool_call": OutputCustomToolCall, "reasoning": OutputReasoning,
+    "compaction": OutputCompaction}
+_PARTS: dict[str, type] = {"output_text": OutputTextPart, "reasoning_text": ReasoningTextPart}
+
+
+def _by_type(table: dict[str, type]) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        return _json.structure(value, table[value["type"]])
+    return hook
+
+
+_json.register_structure_hook_func(lambda t: t == OutputItem, _by_type(_OUTPUT_ITEMS))
+_json.register_structure_hook_func(lambda t: t == OutputTextPart | ReasoningTextPart,
+                                   _by_type(_PARTS))
+# JSON values kept as they are (a tool_choice, the free-form fields).
+_FREE = (str | dict[str, Any], dict[str, Any] | None, list[dict[str, Any]] | None)
+
+
+def _kept(value: Any, _: Any) -> Any:
+    return value
+
+
+_json.register_structure_hook_func(lambda t: t in _FREE, _kept)
+
+
+def response_of(value: dict[str, Any]) -> ResponseObject:
+    """A response object read back from its JSON (a store's record)."""
+    response: ResponseObject = _json.structure(value, ResponseObject)
+    return response
+
+
+def plain(value: Any) -> Any:
+    """The JSON-shaped value (dicts, lists, scalars) of any object here; a value that
+    already is JSON-shaped (read back from a store) comes back as it is."""
+    return _json.unstructure(value)
+
+
+# One encoder for every answer: json.dumps with non-default options builds one per call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def dumps(value: Any) -> str:
+    """The JSON text of any object here (or of JSON-shaped data)."""
+    return _encode(plain(value))
+
+
+def event_type(event: AnyEvent) -> str:
+    return event["type"] if isinstance(event, dict) else event.type
+
+
+def event_sequence(event: AnyEvent) -> int:
+    number: int = event["sequence_number"] if isinstance(event, dict) \
+        else event.sequence_number
+    return number

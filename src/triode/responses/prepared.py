@@ -55,7 +55,7 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
         sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
-        cache_key=plan.echo["prompt_cache_key"] or "")
+        cache_key=plan.echo.prompt_cache_key or "")
     return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)
 
 
@@ -76,7 +76,7 @@ def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
                              starts_in_reasoning=thinking)
         return OutputAssembler(builder, parser, resolve=declared.get,
                                allow_calls=plan.choice.mode != "none",
-                               parallel=plan.echo["parallel_tool_calls"],
+                               parallel=plan.echo.parallel_tool_calls,
                                encrypted_reasoning=plan.encrypted_reasoning,
                                starts_in_reasoning=thinking)
 

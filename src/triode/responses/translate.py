@@ -166,7 +166,7 @@ def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> 
     if plan.grammar is None or not in_reasoning:
         return plan.grammar
     return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
-                    plan.choice, plan.echo["parallel_tool_calls"], in_reasoning=True)
+                    plan.choice, plan.echo.parallel_tool_calls, in_reasoning=True)
 
 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
@@ -208,37 +208,36 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     store = True if req.store is None else req.store
     text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
                    if req.text and req.text.format else {"type": "text"})
-    reasoning: ReasoningEcho = {"effort": req.reasoning.effort if req.reasoning else None,
-                                "summary": req.reasoning.summary if req.reasoning else None}
-    if req.reasoning and req.reasoning.context:
-        reasoning["context"] = req.reasoning.context
-    text: TextEcho = {"format": text_format}
-    if req.text and req.text.verbosity:
-        text["verbosity"] = req.text.verbosity
-    conversation_ref: ConversationRef | None = {"id": conversation} if conversation else None
-    echo: Echo = {
-        "instructions": req.instructions,
-        "max_output_tokens": req.max_output_tokens,
-        "max_tool_calls": req.max_tool_calls,
-        "metadata": req.metadata or {},
-        "model": req.model,
-        "parallel_tool_calls": parallel,
-        "previous_response_id": req.previous_response_id,
-        "conversation": conversation_ref,
-        "reasoning": reasoning,
-        "store": store,
-        "temperature": temperature,
-        "text": text,
-        "tool_choice": choice.echo,
-        "tools": [t.echo() for t in tools],
-        "top_p": top_p,
-        "top_logprobs": req.top_logprobs or 0,
-        "truncation": "auto" if req.truncation == "auto" else "disabled",   # validated
-        "user": req.user,
-        "service_tier": req.service_tier or "default",
-        "prompt_cache_key": req.prompt_cache_key,
-        "safety_identifier": req.safety_identifier,
-    }
+    reasoning = ReasoningEcho(req.reasoning.effort if req.reasoning else None,
+                              req.reasoning.summary if req.reasoning else None,
+                              (req.reasoning.context or None) if req.reasoning else None)
+    text = TextEcho(text_format, (req.text.verbosity or None) if req.text else None)
+    echo = Echo(
+        instructions=req.instructions,
+        max_output_tokens=req.max_output_tokens,
+        max_tool_calls=req.max_tool_calls,
+        metadata=req.metadata or {},
+        model=req.model,
+        parallel_tool_calls=parallel,
+        previous_response_id=req.previous_response_id,
+        conversation=ConversationRef(conversation) if conversation else None,
+        reasoning=reasoning,
+        store=store,
+        temperature=temperature,
+        text=text,
+        tool_choice=choice.echo,
+        tools=[t.echo() for t in tools],
+        top_p=top_p,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        top_logprobs=req.top_logprobs or 0,
+        truncation="auto" if req.truncation == "auto" else "disabled",   # validated
+        user=req.user,
+        service_tier=req.service_tier or "default",
+        prompt_cache_key=req.prompt_cache_key,
+        prompt_cache_retention=None,
+        safety_identifier=req.safety_identifier,
+    )
     return Plan(items=items, messages=messages, sampling=sampling,
                 max_output_tokens=req.max_output_tokens, echo=echo, stream=bool(req.stream),
                 store=store, conversation=conversation, tools=tools, choice=choice,

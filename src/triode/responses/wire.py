@@ -1,7 +1,8 @@
 """Wire types: attrs classes mirroring the OpenAI Responses request schema.
 
-Only the HTTP layer sees these; `convert.py` structures JSON into them with one cattrs
-Converter that rejects wrong types and unknown fields (the path becomes a 400's `param`).
+The HTTP layer structures request JSON into them (`convert.py`: one cattrs Converter that
+rejects wrong types and unknown fields; the path becomes a 400's `param`), and the turn
+service and `translate.py` read them; no actor sees them (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from ..errors import ContextLengthExceeded
 from ..model.parsers import TextDelta, make_parser
 from ..model.request import GenerationRequest, Rendered, Sampling
 from ..responses import compaction
-from ..responses.ids import Usage
-from ..responses.ids import usage as usage_of
+from ..responses.objects import Usage
+from ..responses.objects import usage as usage_of
 from ..responses.items import chat_messages, reasoning_text
 from ..responses.translate import Plan, starts_in_reasoning
 
@@ -38,7 +38,7 @@ class Transcript:
 
     @classmethod
     def of(cls, plan: Plan) -> Transcript:
-        return cls(plan.echo["instructions"], plan.history, plan.template_tools,
+        return cls(plan.echo.instructions, plan.history, plan.template_tools,
                    plan.template_kwargs)
 
 

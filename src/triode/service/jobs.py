@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
+import attrs
 import trio
 
 from ..actors.jobs import JobBoardHandle
@@ -23,8 +24,9 @@ from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..errors import InvalidRequest, RateLimited, StoreUnavailable
 from ..responses import history
 from ..responses.builder import ResponseBuilder
-from ..responses.ids import usage
-from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
+from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
+from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
+                                plain, response_of, usage)
 from ..responses.translate import Plan
 
 log = logging.getLogger(__name__)
@@ -47,12 +49,12 @@ class LiveResponse(Protocol):
     @property
     def background(self) -> bool: ...
 
-    def polled(self) -> dict[str, Any]: ...
+    def polled(self) -> ResponseObject: ...
 
-    async def wait(self) -> dict[str, Any]: ...
+    async def wait(self) -> ResponseObject: ...
 
     def follow_batches(self, starting_after: int = -1
-                       ) -> AsyncIterator[list[dict[str, Any]]]: ...
+                       ) -> AsyncIterator[Sequence[AnyEvent]]: ...
 
 
 class Jobs:
@@ -75,7 +77,7 @@ class Jobs:
         queued = builder.obj
         # Room for the most the job's end can need: if its final object does not fit the
         # budget, the `failed` one the keeper stores instead must (usage at its widest).
-        widest = {**queued, "usage": usage(*(history.USAGE_BOUND,) * 4)}
+        widest = attrs.evolve(queued, usage=usage(*(history.USAGE_BOUND,) * 4))
         fallback = StoredResponse.of(*history.too_large(widest, plan.items, builder.events[0],
                                                         ephemeral=not plan.store))
         if not await self._responses.put(response_id, history.record(queued, plan.items),
@@ -107,7 +109,7 @@ class Jobs:
         None."""
         found = await self.find_live(response_id)
         if isinstance(found, SupervisorHandle) and \
-                not (found.background or found.snapshot.get("store")):
+                not (found.background or found.snapshot.store):
             return None   # a `store: false` response answers only its own request
         return found
 
@@ -116,10 +118,11 @@ class Jobs:
         live = await self.find_live(response_id)
         if live is not None and live.background:
             raise InvalidRequest(f"background response '{response_id}' has not finished "
-                                 f"(status: {live.polled()['status']}); cancel it before "
+                                 f"(status: {live.polled().status.value}); cancel it "
+                                 "before "
                                  "deleting it", param="response_id")
 
-    async def cancel(self, response_id: str) -> dict[str, Any] | None:
+    async def cancel(self, response_id: str) -> ResponseObject | None:
         """Cancels a live response and waits for its end. Returns its final object when
         nothing is stored to answer with instead (neither `store` nor background), else
         None. A job another process runs is cancelled by its owner (asked through the job
@@ -127,7 +130,7 @@ class Jobs:
         here = await self._registry.cancel(response_id)
         if here is not None:
             obj = await here.wait()
-            return None if obj.get("store") or here.background else obj
+            return None if obj.store or here.background else obj
         remote = await self._remote(response_id)
         if remote is not None:
             assert self._board is not None
@@ -171,16 +174,15 @@ class Jobs:
         record = await self._responses.get(response_id)
         if record is None or record["response"].get("status") in TERMINAL_STATUSES:
             return
-        failed = {**record["response"], "status": "failed", "output": [],
-                  "error": {"code": "server_error", "message": ORPHANED}}
+        failed = attrs.evolve(response_of(record["response"]), status=Status.FAILED, output=[],
+                              error=ResponseError("server_error", ORPHANED))
         assert self._board is not None
         events = [e for _, e in await self._board.events(response_id)]
-        closing = {"type": "response.failed",
-                   "sequence_number": events[-1]["sequence_number"] + 1 if events else 0,
-                   "response": failed}
-        await self._responses.put(response_id, {**record, "response": failed},
-                                  [*events, closing],
-                                  ephemeral=record["response"].get("store") is False)
+        closing = ResponseEvent(
+            type="response.failed", response=failed,
+            sequence_number=events[-1]["sequence_number"] + 1 if events else 0)
+        await self._responses.put(response_id, {**record, "response": plain(failed)},
+                                  [*events, closing], ephemeral=failed.store is False)
         await self._board.add_event(response_id, closing)
         log.warning("background response %s failed: %s", response_id, ORPHANED)
 
@@ -200,18 +202,18 @@ class RemoteJob:
         self._events = [e for _, e in events]
         self._last = events[-1][0] if events else "-"
         self._reread = reread              # async () -> the stored record or None
-        self._final: dict[str, Any] | None = None
+        self._final: dict[str, Any] | None = None   # the final object's JSON
 
     @property
     def done(self) -> bool:
         return self._final is not None
 
-    def polled(self) -> dict[str, Any]:
+    def polled(self) -> ResponseObject:
         """As SupervisorHandle.polled: the status only, no partial output."""
-        obj = self._record["response"]
+        obj = response_of(self._record["response"])
         started = any(e["type"] == "response.in_progress" for e in self._events)
-        return {**obj, "status": "in_progress" if started else obj["status"], "output": [],
-                "usage": usage()}
+        return attrs.evolve(obj, status=Status.IN_PROGRESS if started else obj.status,
+                            output=[], usage=usage())
 
     async def _poll(self) -> None:
         more = await self._board.events(self.response_id, self._last)
@@ -227,11 +229,11 @@ class RemoteJob:
             if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
                 self._final = record["response"]
 
-    async def wait(self) -> dict[str, Any]:
+    async def wait(self) -> ResponseObject:
         while self._final is None:
             await trio.sleep(FOLLOW_POLL_SECS)
             await self._poll()
-        return self._final
+        return response_of(self._final)
 
     async def follow_batches(self, starting_after: int = -1
                              ) -> AsyncIterator[list[dict[str, Any]]]:

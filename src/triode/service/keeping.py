@@ -21,6 +21,7 @@ from ..errors import NotFound, StoreDisabled, StoreUnavailable
 from ..responses import history
 from ..responses.items import chat_messages, turn_keys
 from ..responses.lifecycle import FINISHED_STATUSES
+from ..responses.objects import ResponseObject, StreamEvent, plain, response_of
 from ..responses.translate import Plan
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class ResponseKeeper:
 
     # ---- a response's end (the supervisor's Keeper) --------------------------------------
 
-    async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+    async def keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                    ) -> None:
         """At a response's end: store it (see `_keep`). A shared store that went down since
         the create was accepted is retried for KEEP_RETRY_SECS, then the loss is logged."""
@@ -60,35 +61,35 @@ class ResponseKeeper:
                 return
             except StoreUnavailable as exc:
                 if trio.current_time() >= deadline:
-                    log.error("response %s was not stored: %s", obj["id"], exc.message)
+                    log.error("response %s was not stored: %s", obj.id, exc.message)
                     return
-                log.warning("response %s: store unavailable, retrying: %s", obj["id"],
+                log.warning("response %s: store unavailable, retrying: %s", obj.id,
                             exc.message)
                 await trio.sleep(KEEP_RETRY_INTERVAL)
 
-    async def _keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+    async def _keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                     ) -> None:
         """Store it (store: true, or any background job, whose final object replaces its
         pinned entry); then, if it finished, extend its conversation, if any, and remember
         the reasoning of the turn it returned."""
-        if obj.get("background"):
+        if obj.background:
             obj = await self._keep_job(plan, obj, events)
         elif plan.store:
             with contextlib.suppress(StoreDisabled):
-                await self._responses.put(obj["id"], history.record(obj, plan.items), events)
-        if obj["status"] not in FINISHED_STATUSES:
+                await self._responses.put(obj.id, history.record(obj, plan.items), events)
+        if obj.status not in FINISHED_STATUSES:
             return  # a failed or cancelled turn adds nothing
-        turn = [*plan.messages, *chat_messages(None, obj["output"])]
+        turn = [*plan.messages, *chat_messages(None, plain(obj.output))]
         await self._echo.remember((key, m["reasoning_content"])
                                   for m, key in zip(turn, turn_keys(turn))
                                   if key is not None and m.get("reasoning_content"))
         if plan.conversation is not None:
             with contextlib.suppress(StoreDisabled):
                 await self._conversations.append(plan.conversation,
-                                                 [*plan.items, *obj["output"]])
+                                                 [*plan.items, *plain(obj.output)])
 
-    async def _keep_job(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
-                        ) -> dict[str, Any]:
+    async def _keep_job(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
+                        ) -> ResponseObject:
         """A finished job's final object becomes a stored response (store: false: readable
         for the ephemeral TTL only), replacing its pinned entry. One too big for the byte
         budget is replaced by a `failed` response with empty output, so polling still gets
@@ -96,12 +97,12 @@ class ResponseKeeper:
         always kept. Returns the object as kept."""
         ephemeral = not plan.store
         record = history.record(obj, plan.items, ephemeral=ephemeral)
-        if await self._responses.put(obj["id"], record, events, ephemeral=ephemeral):
+        if await self._responses.put(obj.id, record, events, ephemeral=ephemeral):
             return obj
         record, kept_events = history.too_large(obj, plan.items, events[0],
                                                 ephemeral=ephemeral)
-        await self._responses.put(obj["id"], record, kept_events, ephemeral=ephemeral)
-        return dict(record["response"])
+        await self._responses.put(obj.id, record, kept_events, ephemeral=ephemeral)
+        return response_of(record["response"])
 
     # ---- reading and deleting what was kept ------------------------------------------------
 
@@ -169,8 +170,8 @@ class LocalKeeper:
     keeper: ResponseKeeper
     local: LocalResponses
 
-    async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+    async def keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                    ) -> None:
         await self.keeper.keep(plan, obj, events)
-        if obj.get("store") is False and obj["status"] in FINISHED_STATUSES:
-            self.local.remember(obj["id"], [*plan.past, *plan.items, *obj["output"]])
+        if obj.store is False and obj.status in FINISHED_STATUSES:
+            self.local.remember(obj.id, [*plan.past, *plan.items, *plain(obj.output)])

@@ -25,7 +25,8 @@ from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
 from ..responses.convert import structure
-from ..responses.ids import new_id, usage
+from ..responses.ids import new_id
+from ..responses.objects import CompactedHistory, StreamEvent, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
@@ -103,7 +104,7 @@ class Preparer:
         plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
-        if plan.echo["truncation"] == "auto" and \
+        if plan.echo.truncation == "auto" and \
                 len(rendered.tokens) >= self._model.info.context_length:
             plan, rendered = await self._truncated(plan, submits=submits)
         return plan, rendered
@@ -114,7 +115,7 @@ class Preparer:
         return len(rendered.tokens)
 
     async def warm(self, req: CreateResponse, local: LocalResponses
-                   ) -> tuple[str, list[dict[str, Any]]]:
+                   ) -> tuple[str, list[StreamEvent]]:
         """A warm-up: prepared as a create, answered with a completed response without
         output (usage counts its input) that `local` remembers. Returns (id, events)."""
         plan, rendered = await self.prepare(req, submits=False, local=local)
@@ -122,8 +123,8 @@ class Preparer:
         builder.created()
         builder.in_progress()
         builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
-        local.remember(builder.obj["id"], [*plan.past, *plan.items])
-        return builder.obj["id"], builder.events
+        local.remember(builder.obj.id, [*plan.past, *plan.items])
+        return builder.obj.id, builder.events
 
     async def ready(self, req: CreateResponse, plan: Plan, rendered: Rendered, *,
                     background: bool) -> Prepared | PrepareLater:
@@ -136,7 +137,7 @@ class Preparer:
             return functools.partial(self._compacted, req, plan, rendered)
         return await self._compacted(req, plan, rendered)
 
-    async def compact(self, req: CompactRequest) -> dict[str, Any]:
+    async def compact(self, req: CompactRequest) -> CompactedHistory:
         """Summarizes a history into kept items plus one compaction item (a
         `CompactedHistory`); stores nothing.
         The history is `input`, after the `previous_response_id` chain if one is named (as
@@ -165,9 +166,9 @@ class Preparer:
         result = await compactor.compact(self._model, transcript, before=len(rendered.tokens),
                                          keep_tokens=keep_tokens, max_output_tokens=max_tokens,
                                          submits=False)
-        return {"id": new_id("resp"), "object": "response.compaction",
-                "created_at": int(time.time()), "model": req.model,
-                "output": [*result.system, *result.kept, result.item], "usage": result.usage}
+        return CompactedHistory(id=new_id("resp"), created_at=int(time.time()),
+                                model=req.model, usage=result.usage,
+                                output=[*result.system, *result.kept, result.item])
 
     async def transcript(self, turn: TurnInput) -> tuple[Transcript, Rendered]:
         """The history a compaction works on, rendered for counting: the
@@ -218,7 +219,7 @@ class Preparer:
         live = await self._jobs.find_live(previous_response_id)
         if live is not None:
             raise InvalidRequest(f"previous response '{previous_response_id}' has not "
-                                 f"finished (status: {live.polled()['status']})",
+                                 f"finished (status: {live.polled().status.value})",
                                  param="previous_response_id")
         return await history.chain(self._responses, previous_response_id)
 
@@ -271,7 +272,7 @@ class Preparer:
 
         async def attempt(items: list[dict[str, Any]]) -> tuple[Plan, Rendered]:
             messages = await self._with_reasoning(
-                chat_messages(plan.echo["instructions"], items))
+                chat_messages(plan.echo.instructions, items))
             rendered = await self._model.render(messages, plan.template_tools,
                                                 plan.template_kwargs, submits=False)
             return attrs.evolve(plan, messages=messages, history=items), rendered

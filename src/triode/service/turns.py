@@ -28,6 +28,7 @@ from ..actors.supervisor import Keeper, Supervisor, SupervisorHandle
 from ..errors import InvalidRequest
 from ..model.request import Rendered
 from ..responses.ids import new_id
+from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent, response_of
 from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .jobs import Jobs, LiveResponse
@@ -98,7 +99,7 @@ class Turns:
         return Started(handle, plan.stream, background, plan.dropped_tools)
 
     async def warm(self, req: CreateResponse, local: LocalResponses
-                   ) -> tuple[str, list[dict[str, Any]]]:
+                   ) -> tuple[str, list[StreamEvent]]:
         """A warm-up (`generate: false` over a WebSocket): the request validated and rendered
         as `create` would, answered with a completed response without output (usage counts
         its input) that a later create on the same connection may name as
@@ -115,11 +116,11 @@ class Turns:
         """The input's tokens exactly as `create` would render them."""
         return await self._preparer.count_input_tokens(req)
 
-    async def compact(self, req: CompactRequest) -> dict[str, Any]:
+    async def compact(self, req: CompactRequest) -> CompactedHistory:
         """Summarizes a history into kept items plus one compaction item; stores nothing."""
         return await self._preparer.compact(req)
 
-    async def keep(self, plan: Plan, obj: dict[str, Any], events: list[dict[str, Any]]
+    async def keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                    ) -> None:
         """At a response's end: store it, extend its conversation, remember its reasoning
         (see `ResponseKeeper.keep`)."""
@@ -145,12 +146,13 @@ class Turns:
     async def input_items(self, response_id: str) -> list[dict[str, Any]]:
         return await self._keeper.input_items(response_id)
 
-    async def cancel(self, response_id: str) -> dict[str, Any]:
+    async def cancel(self, response_id: str) -> ResponseObject:
         """Cancels a live response and returns what a GET now returns; a finished one is
         returned unchanged."""
         self._keeper.check_enabled()
         obj = await self._jobs.cancel(response_id)
-        return obj if obj is not None else dict((await self.stored(response_id))["response"])
+        return obj if obj is not None \
+            else response_of((await self.stored(response_id))["response"])
 
     async def delete(self, response_id: str) -> None:
         """Deletes a stored response; an unfinished background job must be cancelled first."""
