@@ -25,6 +25,8 @@ NODE_MODULES = HERE / "node_modules"
 # Written after a successful `npm ci`: the hash of the manifest and lockfile it installed.
 STAMP = NODE_MODULES / ".triode-installed"
 CODEX_JS = NODE_MODULES / "@openai" / "codex" / "bin" / "codex.js"
+# The packages the scripts in ts/ import (package.json's dependencies besides Codex).
+NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
 NPM_CI_TIMEOUT = 900.0
 
 # What the install took in this session, for the terminal summary.
@@ -35,7 +37,7 @@ _install_report: list[str] = []
 class NodeClients:
     node: str
     codex: list[str]            # argv prefix that runs the pinned Codex CLI
-    scripts: Path               # tests/clients/ts: the openai-node scripts
+    scripts: Path               # tests/clients/ts: the openai-node and AI SDK scripts
 
 
 def _lock_digest() -> str:
@@ -47,7 +49,7 @@ def _lock_digest() -> str:
 
 def _installed(digest: str) -> bool:
     return (STAMP.is_file() and STAMP.read_text().strip() == digest and CODEX_JS.is_file()
-            and (NODE_MODULES / "openai" / "package.json").is_file())
+            and all((NODE_MODULES / name / "package.json").is_file() for name in NODE_PACKAGES))
 
 
 @pytest.fixture(scope="session")
