@@ -17,7 +17,7 @@ import httpx
 from websockets.sync.client import connect
 
 from triode.http.access import AccessRecord, Usage, access_line
-from triode.responses.objects import usage
+from triode.responses.objects import plain, usage
 from triode.settings import resolve
 
 from ..conftest import run_server, wait_until
@@ -44,7 +44,7 @@ def fields(match: re.Match[str]) -> dict[str, str]:
 
 def a_response(status: str, **counts: int) -> dict:
     return {"id": "resp_abc123", "object": "response", "status": status,
-            "output": [], "usage": usage(**counts), "previous_response_id": "resp_older"}
+            "output": [], "usage": plain(usage(**counts)), "previous_response_id": "resp_older"}
 
 
 def test_the_app_tells_the_record_the_response_and_its_usage():
@@ -64,7 +64,7 @@ def test_the_app_tells_the_record_the_response_and_its_usage():
 
     record = AccessRecord()
     record.record_object({"id": "resp_cmp", "object": "response.compaction",
-                          "usage": usage(input_tokens=30, output_tokens=7)})
+                          "usage": plain(usage(input_tokens=30, output_tokens=7))})
     assert (record.response_id, record.usage) == ("resp_cmp", Usage(30, 0, 7))
 
     record = AccessRecord()

@@ -62,7 +62,8 @@ def text_of(obj: dict) -> str:
                    for part in item["content"])
 
 
-ZERO_USAGE = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0},
+ZERO_USAGE = {"input_tokens": 0,
+              "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
               "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
               "total_tokens": 0}
 

@@ -15,6 +15,7 @@ import re
 import typing
 from typing import Any
 
+import attrs
 from quart import Quart, Response, current_app
 from werkzeug.routing import Rule
 
@@ -234,7 +235,8 @@ def _link(paths: dict[str, JSON], answers: dict[str, Any]) -> None:
     for source_path, operations in paths.items():
         for source in operations.values():
             answer = answers[source["operationId"]]
-            keys = typing.get_type_hints(answer) if typing.is_typeddict(answer) else {}
+            keys = typing.get_type_hints(answer) \
+                if typing.is_typeddict(answer) or attrs.has(answer) else {}
             pointer = "/id" if "id" in keys else "/data/0/id" if "data" in keys else None
             if pointer is None or "200" not in source["responses"]:
                 continue

@@ -14,8 +14,10 @@ The fix belongs in that layer, so this is a subclass that overrides only `protoc
 write: the same shielded write under the same lock, with its own deadline (a shield stops
 cancellation from outside, not the scope's own deadline):
 
-- `--write-timeout` seconds after the write began (the client has taken nothing for that
-  long: a 1 byte/s reader never frees the ~64 KiB window a write needs);
+- `--write-timeout` seconds after the write began or last took a piece of
+  `WRITE_PIECE_BYTES` (the client has taken no piece for that long: a 1 byte/s reader never
+  frees the window a piece needs, while a slow reader that keeps reading is never cut,
+  however large the write);
 - and once the worker is shutting down (hypercorn's `context.terminated`), no later than
   `--shutdown-timeout` + FLUSH_SECS after that: the running responses have finished or
   been cut by then and their last events had FLUSH_SECS to be written (and never later
@@ -52,6 +54,10 @@ log = logging.getLogger(__name__)
 # After the drain, the time the last events get to be written before the connections that
 # still have something to write (or an idle WebSocket) are cut.
 FLUSH_SECS = 3.0
+
+
+# A write's timeout runs per piece of this size: a client has to take one in time.
+WRITE_PIECE_BYTES = 16 * 1024
 
 
 class TimedTCPServer(TCPServer):
@@ -96,10 +102,16 @@ class TimedTCPServer(TCPServer):
             timed_out = trio.current_time() + self.write_timeout
             deadline = min(timed_out, self._shutdown_deadline)
             broken = False
+            data = memoryview(event.data)
             with trio.CancelScope(shield=True, deadline=deadline) as write:
                 self._writes.add(write)
                 try:
-                    await self.stream.send_all(event.data)
+                    # In pieces, each with the whole timeout: a slow reader that keeps taking
+                    # a piece within it is never cut, however large the write.
+                    for start in range(0, len(data), WRITE_PIECE_BYTES):
+                        await self.stream.send_all(data[start:start + WRITE_PIECE_BYTES])
+                        timed_out = trio.current_time() + self.write_timeout
+                        write.deadline = min(timed_out, self._shutdown_deadline)
                 except (trio.BrokenResourceError, trio.ClosedResourceError,
                         # hypercorn's _close() (send_eof) is under way in another task: the
                         # connection is closing, this write is moot.
@@ -108,8 +120,9 @@ class TimedTCPServer(TCPServer):
                 finally:
                     self._writes.discard(write)
             if write.cancelled_caught:
-                log.info("closing the connection from %s: it took nothing of a %d-byte write "
-                         "in %g s", _peer(self), len(event.data),
+                log.info("closing the connection from %s: it took nothing of a %d-byte piece "
+                         "(of a %d-byte write) in %g s", _peer(self),
+                         min(WRITE_PIECE_BYTES, len(event.data)), len(event.data),
                          self.write_timeout if write.deadline == timed_out else
                          self._shutdown_limit())
                 with trio.CancelScope(shield=True):

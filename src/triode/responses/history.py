@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import InvalidRequest
-from .lifecycle import Status
+from .lifecycle import TERMINAL_STATUSES, Status
 from .objects import AnyEvent, ResponseError, ResponseEvent, ResponseObject, plain
 
 
@@ -80,7 +80,7 @@ async def chain(responses: ResponseReader, previous_response_id: str
 
 def check_continuable(response_id: str, rec: dict[str, Any]) -> None:
     status = rec["response"]["status"]
-    if status in ("queued", "in_progress"):
+    if status not in TERMINAL_STATUSES:
         raise InvalidRequest(
             f"previous response '{response_id}' has not finished (status: {status})",
             param="previous_response_id")
