@@ -17,7 +17,7 @@ stored or replayed (`plain`).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, NotRequired, TypedDict, Union
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, Union
 
 import attrs
 import cattrs
@@ -272,10 +272,10 @@ class ConversationRef:
     id: str
 
 
-@attrs.frozen(kw_only=True)
-class Echo:
-    """The request fields a response echoes, with their effective values (`translate.plan`
-    makes it; the response object carries each as its own field)."""
+@attrs.define(kw_only=True)
+class EchoedFields:
+    """The request fields a response echoes, with their effective values: the fields of
+    `Echo` (what `translate.plan` makes) and of the response object that carries them."""
 
     instructions: str | None
     max_output_tokens: int | None
@@ -301,6 +301,12 @@ class Echo:
     prompt_cache_key: str | None
     prompt_cache_retention: str | None
     safety_identifier: str | None
+
+
+@attrs.frozen(kw_only=True)
+class Echo(EchoedFields):
+    """The echoed fields of one request (`translate.plan`); every response made for it
+    starts from them (`ResponseObject.of`)."""
 
 
 # ---- the response object -----------------------------------------------------------------
@@ -320,9 +326,14 @@ class IncompleteDetails:
 
 @answer
 @attrs.define(kw_only=True)
-class ResponseObject:
+class ResponseObject(EchoedFields):
     """A response object: every field of the `openai` SDK's `Response` model and of Open
-    Responses' required list, null where it has no value (docs/architecture.md)."""
+    Responses' required list, null where it has no value (docs/architecture.md). Its JSON
+    opens with the fields of `JSON_FIRST`, then the echoed ones, then the rest."""
+
+    JSON_FIRST: ClassVar[tuple[str, ...]] = (
+        "id", "object", "created_at", "completed_at", "status", "error", "incomplete_details",
+        "output", "usage")
 
     id: str
     object: Literal["response"] = "response"
@@ -333,30 +344,6 @@ class ResponseObject:
     incomplete_details: IncompleteDetails | None = None
     output: list[OutputItem] = attrs.Factory(list)
     usage: Usage | None = None
-    instructions: str | None
-    max_output_tokens: int | None
-    max_tool_calls: int | None
-    metadata: dict[str, str]
-    model: str
-    parallel_tool_calls: bool
-    previous_response_id: str | None
-    conversation: ConversationRef | None
-    reasoning: ReasoningEcho
-    store: bool
-    temperature: float
-    text: TextEcho
-    tool_choice: str | dict[str, Any]
-    tools: list[dict[str, Any]]
-    top_p: float
-    presence_penalty: float
-    frequency_penalty: float
-    top_logprobs: int
-    truncation: Literal["auto", "disabled"]
-    user: str | None
-    service_tier: str
-    prompt_cache_key: str | None
-    prompt_cache_retention: str | None
-    safety_identifier: str | None
     # Fields of the SDK's model that have no local value here (null).
     prompt: dict[str, Any] | None = None
     prompt_cache_options: dict[str, Any] | None = None
@@ -372,7 +359,7 @@ class ResponseObject:
     @classmethod
     def of(cls, response_id: str, echo: Echo, created_at: int) -> ResponseObject:
         return cls(id=response_id, created_at=created_at,
-                   **{f.name: getattr(echo, f.name) for f in attrs.fields(Echo)})
+                   **{f.name: getattr(echo, f.name) for f in attrs.fields(EchoedFields)})
 
 
 @answer
@@ -519,9 +506,18 @@ _json = cattrs.Converter()
 
 
 def _unstructure_factory(cls: type) -> Any:
-    overrides: dict[str, Any] = {a.name: override(omit_if_default=True) for a in attrs.fields(cls)
-                 if a.metadata.get("omitted")}
-    return make_dict_unstructure_fn(cls, _json, **overrides)
+    overrides: dict[str, Any] = {a.name: override(omit_if_default=True)
+                                 for a in attrs.fields(cls) if a.metadata.get("omitted")}
+    fields: Any = make_dict_unstructure_fn(cls, _json, **overrides)
+    first: tuple[str, ...] = getattr(cls, "JSON_FIRST", ())
+    if not first:
+        return fields
+
+    def ordered(value: Any) -> dict[str, Any]:
+        out: dict[str, Any] = fields(value)
+        return {**{name: out.pop(name) for name in first}, **out}
+
+    return ordered
 
 
 _json.register_unstructure_hook_factory(attrs.has, _unstructure_factory)
