@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from triode.responses.compaction import SUMMARY_PREFIX, compaction_item, decode
+from triode.responses.objects import plain
 from training.tiny.data import TRAIN_WORDS
 
 from ..conftest import run_server
@@ -48,7 +49,7 @@ def test_input_tokens_equals_the_usage_of_the_same_request(small):
     first = client.responses.create(model=MODEL, input="Reply with: amber falcon")
     conversation = f"conv_{uuid.uuid4().hex}"
     client.responses.create(model=MODEL, input="Reply with: copper", conversation=conversation)
-    blob = compaction_item("earlier turns", pair("silver lake"))
+    blob = plain(compaction_item("earlier turns", pair("silver lake")))
     bodies = [
         {"input": "Reply with: hello"},
         {"input": "Reply with: hello", "instructions": "Be brief.", "tools": [WEATHER]},
@@ -83,7 +84,7 @@ def test_compaction_item_stands_in_for_earlier_turns_also_through_a_chain(small)
     from triode.model.loading import BUNDLED_PATH
 
     client = small.client()
-    item = compaction_item("earlier turns", pair("amber falcon"))
+    item = plain(compaction_item("earlier turns", pair("amber falcon")))
     direct = client.responses.create(model=MODEL, input=[
         *pair("copper"), item, {"role": "user", "content": RECALL}])
     assert direct.output_text == "amber falcon"

@@ -324,8 +324,8 @@ def canonical_items() -> list[dict]:
     ]}
     items = [canonical(item, f"input[{i}]")
              for i, item in enumerate(structure(body, wire.ItemList).input)]
-    body = {"input": [compaction_item("the summary", items[:2])]}
-    return [*items, canonical(structure(body, wire.ItemList).input[0], "input[8]")]
+    body = {"input": [plain(compaction_item("the summary", items[:2]))]}
+    return plain([*items, canonical(structure(body, wire.ItemList).input[0], "input[8]")])
 
 
 def test_canonical_items_meet_the_item_schema():

@@ -8,27 +8,29 @@ from hypothesis import strategies as st
 
 from triode.errors import InvalidRequest
 from triode.responses import compaction
+from triode.responses.objects import Item, item_of, plain
 
 
-def msg(role: str, text: str) -> dict:
-    return {"type": "message", "role": role, "id": f"msg_{text}",
-            "content": [{"type": "input_text", "text": text}]}
+def msg(role: str, text: str) -> Item:
+    return item_of({"type": "message", "role": role, "id": f"msg_{text}",
+                    "content": [{"type": "input_text", "text": text}]})
 
 
-def call(cid: str) -> dict:
-    return {"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": "f",
-            "arguments": "{}"}
+def call(cid: str) -> Item:
+    return item_of({"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": "f",
+                    "arguments": "{}"})
 
 
-def output(cid: str) -> dict:
-    return {"type": "function_call_output", "id": f"fco_{cid}", "call_id": cid, "output": "r"}
+def output(cid: str) -> Item:
+    return item_of({"type": "function_call_output", "id": f"fco_{cid}", "call_id": cid,
+                    "output": "r"})
 
 
 @st.composite
-def histories(draw) -> list[dict]:
+def histories(draw) -> list[Item]:
     """Agent histories: user turns, each answered by text and/or tool-call groups (one or
     several calls, then all their outputs), with system messages sprinkled in."""
-    items: list[dict] = []
+    items: list[Item] = []
     n = 0
     for _ in range(draw(st.integers(1, 6))):
         if draw(st.booleans()):
@@ -57,8 +59,8 @@ def test_selection_keeps_the_last_user_message_and_whole_tool_groups(items, keep
     # tail of the history.
     assert dropped == [i for i in body if i in dropped]
     for part in (dropped, kept):
-        calls = {i["call_id"] for i in part if i["type"] == "function_call"}
-        outputs = {i["call_id"] for i in part if i["type"] == "function_call_output"}
+        calls = {i.call_id for i in part if i.type == "function_call"}
+        outputs = {i.call_id for i in part if i.type == "function_call_output"}
         assert calls == outputs, "a call was separated from its output"
     # The kept tail is the longest one that fits (always at least the last user message).
     if len(kept) > 1:
@@ -81,8 +83,8 @@ def test_truncations_drop_oldest_turns_whole_and_keep_system_and_last_user(items
         assert last_user in candidate
         assert [i for i in items if compaction.is_system(i)] == \
             [i for i in candidate if compaction.is_system(i)]
-        calls = {i["call_id"] for i in candidate if i["type"] == "function_call"}
-        outputs = {i["call_id"] for i in candidate if i["type"] == "function_call_output"}
+        calls = {i.call_id for i in candidate if i.type == "function_call"}
+        outputs = {i.call_id for i in candidate if i.type == "function_call_output"}
         assert calls == outputs, "a call was separated from its output"
 
 
@@ -95,8 +97,8 @@ def test_split_points_are_before_users_and_after_complete_groups():
 def test_blob_round_trips_and_malformed_blobs_are_400s_naming_the_field():
     kept = [msg("user", "hi")]
     item = compaction.compaction_item("the summary", kept)
-    assert item["type"] == "compaction" and item["id"].startswith("cmp_")
-    assert compaction.decode(item["encrypted_content"], "x") == ("the summary", kept)
+    assert item.type == "compaction" and item.id.startswith("cmp_")
+    assert compaction.decode(item.encrypted_content, "x") == ("the summary", plain(kept))
     for bad in ("%%%", "bm90IGpzb24", compaction.encode("s", [])[:-3] + "e30"):
         with pytest.raises(InvalidRequest) as err:
             compaction.decode(bad, "input[2].encrypted_content")
@@ -109,12 +111,12 @@ def test_replay_drops_what_the_last_compaction_stands_in_for():
     items = [msg("system", "sys"), msg("user", "dropped"), old, msg("assistant", "gone"),
              msg("developer", "dev"), new, msg("user", "after")]
     replayed = compaction.replay(items)
-    texts = [(i["role"], i["content"][0]["text"]) for i in replayed]
+    texts = [(i.role, i.content[0].text) for i in replayed]
     assert texts == [("system", "sys"), ("developer", "dev"),
                      ("system", compaction.SUMMARY_PREFIX + "newer"),
                      ("user", "kept"), ("assistant", "k"), ("user", "after")]
     assert compaction.replay(items[:2]) == items[:2]
     # A later compaction summarizes the summary again; it keeps only the client's own.
     system, dropped, _ = compaction.select(replayed, 1, lambda item: 1)
-    assert [i["content"][0]["text"] for i in system] == ["sys", "dev"]
+    assert [i.content[0].text for i in system] == ["sys", "dev"]
     assert replayed[2] in dropped

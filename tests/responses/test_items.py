@@ -74,8 +74,8 @@ def test_canonical_items_get_ids_and_keep_given_ones():
         {"type": "function_call_output", "call_id": "c", "output": "x"},
         {"role": "user", "content": "hi"},
     ])
-    assert items[0]["id"] == "fc_given"
-    assert items[1]["id"].startswith("fco_") and items[2]["id"].startswith("msg_")
+    assert items[0].id == "fc_given"
+    assert items[1].id.startswith("fco_") and items[2].id.startswith("msg_")
 
 
 def test_non_json_arguments_stay_text():

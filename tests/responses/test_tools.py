@@ -2,6 +2,7 @@
 
 import pytest
 
+from triode.responses.objects import items_of
 from triode.errors import InvalidRequest
 from triode.responses.tools import (HOSTED_TYPES, declared_tools, hosted_types, parse_tool_choice,
                                     parse_tools)
@@ -108,14 +109,14 @@ def test_additional_tools_items_join_the_tools_and_a_redeclared_tool_replaces_th
         {"type": "additional_tools", "id": "at_2", "role": "developer",
          "tools": [{"type": "namespace", "name": "functions",
                     "tools": [{**FN, "description": "newer"}]}]}]
-    raw, params = declared_tools(history, [{"type": "custom", "name": "patch"}])
+    raw, params = declared_tools(items_of(history), [{"type": "custom", "name": "patch"}])
     tools = parse_tools(raw, hosted="ignore", params=params)
     assert [(t.namespace, t.name, t.description) for t in tools] == [
         ("functions", "get_weather", "newer"), (None, "patch", None)]
     assert hosted_types(raw) == ("web_search",)
     bad = [{"type": "additional_tools", "id": "at_9", "role": "developer",
             "tools": [{"type": "function"}]}]
-    raw, params = declared_tools(bad, None)
+    raw, params = declared_tools(items_of(bad), None)
     with pytest.raises(InvalidRequest) as exc:
         parse_tools(raw, hosted="ignore", params=params)
     assert exc.value.param == "additional_tools[at_9].tools[0].name"

@@ -21,7 +21,7 @@ from .conftest import MODEL, FakeModel, conversation, request, start_service, to
 
 def without_ids(items):
     """Items as compared across two preparations (each gives input items fresh ids)."""
-    return [{k: v for k, v in item.items() if k != "id"} for item in items]
+    return [{k: v for k, v in plain(item).items() if k != "id"} for item in items]
 
 
 def rendered_tokens(items):
@@ -45,7 +45,7 @@ async def test_truncation_auto_drops_the_fewest_oldest_turns_that_make_room(nurs
     kept = len(plan.history)
     assert 0 < kept < len(full.history)
     assert without_ids(plan.history) == without_ids(full.history[-kept:])  # the oldest went
-    assert plan.history[-1]["content"][0]["text"] == "the last question"
+    assert plan.history[-1].content[0].text == "the last question"
     assert plan.messages == chat_messages(None, plan.history)
     candidates = compaction.truncations(full.history)
     i = [without_ids(c) for c in candidates].index(without_ids(plan.history))

@@ -8,7 +8,7 @@ from quart import Response, request
 from ..responses.conversations import (ConversationDeleted, ConversationObject,
                                        ConversationUpdate, ItemPage, NewConversation, NewItems)
 from ..responses.convert import structure
-from ..responses.objects import ItemObject
+from ..responses.objects import Item
 from ..responses.translate import INCLUDES
 from ..service.conversations import Conversations
 from .body import json_body, json_response
@@ -80,7 +80,7 @@ async def create_conversation_items(conversation_id: str) -> Response:
 
 
 @route("/conversations/<conversation_id>/items/<item_id>", methods=["GET"])
-@documented(Operation("Retrieve a conversation item", ItemObject, query=INCLUDE,
+@documented(Operation("Retrieve a conversation item", Item, query=INCLUDE,
                       errors=(*STORE_ERRORS, 404)))
 async def retrieve_conversation_item(conversation_id: str, item_id: str) -> Response:
     return json_response(await service().item(conversation_id, item_id, include()))

@@ -101,7 +101,7 @@ class Schemas:
         return {"anyOf": members}
 
     def _named_schema(self, tp: type, build: typing.Callable[[Any], JSON]) -> JSON:
-        name = tp.__name__
+        name = getattr(tp, "__schema_name__", tp.__name__)
         if self._named.setdefault(name, tp) is not tp:
             raise TypeError(f"two types are named {name}: {self._named[name]!r} and {tp!r}")
         if name not in self.components:

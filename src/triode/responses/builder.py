@@ -15,8 +15,8 @@ from .ids import new_id
 from .lifecycle import Status
 from .objects import (CallDeltaEvent, CallDoneEvent, CallItem, CompactionCompletedEvent,
                       CompactionStartedEvent, ContentPartEvent, Echo, IncompleteDetails,
-                      OutputCompaction, OutputCustomToolCall, OutputFunctionCall, OutputItem,
-                      OutputItemEvent, OutputMessage, OutputReasoning, OutputTextPart,
+                      CompactionItem, CustomToolCallItem, FunctionCallItem, OutputItem,
+                      OutputItemEvent, MessageItem, ReasoningItem, OutputTextPart,
                       ReasoningTextPart, ResponseError, ResponseEvent, ResponseObject,
                       StreamEvent, TextDeltaEvent, TextDoneEvent, Usage, usage)
 
@@ -36,8 +36,10 @@ class ResponseBuilder:
             self.obj.background = True
             self.obj.usage = usage()   # all 0 until the job ends
         self.events: list[StreamEvent] = []
-        self._message: OutputMessage | None = None       # the open message item, if any
-        self._reasoning: OutputReasoning | None = None   # the open reasoning item, if any
+        self._message: MessageItem | None = None       # the open message item, if any
+        self._text = OutputTextPart(logprobs=[])       # its text part
+        self._reasoning: ReasoningItem | None = None   # the open reasoning item, if any
+        self._thought = ReasoningTextPart()            # its text part
         self._calls: dict[int, CallItem] = {}            # open tool calls by parser index
         self._positions: dict[str, int] = {}              # item id → output_index
 
@@ -71,7 +73,7 @@ class ResponseBuilder:
         if not delta:
             return
         item = self._message if self._message is not None else self._open_message()
-        part = item.content[0]
+        part = self._text
         part.text += delta
         assert part.logprobs is not None   # generated text keeps its (maybe empty) logprobs
         part.logprobs += logprobs or []
@@ -80,9 +82,9 @@ class ResponseBuilder:
             output_index=self._positions[item.id], content_index=0, delta=delta,
             logprobs=logprobs or []))
 
-    def _open_message(self) -> OutputMessage:
-        part = OutputTextPart(logprobs=[])
-        item = OutputMessage(id=new_id("msg"), content=[])
+    def _open_message(self) -> MessageItem:
+        part = self._text = OutputTextPart(logprobs=[])
+        item = MessageItem(id=new_id("msg"), content=[])
         self._message = item
         index = self._add(item)
         item.content.append(part)
@@ -94,7 +96,7 @@ class ResponseBuilder:
         if item is None:
             return
         index = self._positions[item.id]
-        part = item.content[0]
+        part = self._text
         self.events.append(TextDoneEvent(
             type="response.output_text.done", sequence_number=self._seq(), item_id=item.id,
             output_index=index, content_index=0, text=part.text, logprobs=_copy(part.logprobs)))
@@ -109,13 +111,13 @@ class ResponseBuilder:
             return
         item = self._reasoning
         if item is None:
-            item = OutputReasoning(id=new_id("rs"))
+            item = ReasoningItem(id=new_id("rs"), content=[], status="in_progress")
             self._reasoning = item
             index = self._add(item)
-            part = ReasoningTextPart()
-            item.content.append(part)
+            part = self._thought = ReasoningTextPart()
+            item.content = [part]
             self._part_event("response.content_part.added", item.id, index, part)
-        item.content[0].text += delta
+        self._thought.text += delta
         self.events.append(TextDeltaEvent(
             type="response.reasoning_text.delta", sequence_number=self._seq(),
             item_id=item.id, output_index=self._positions[item.id], content_index=0,
@@ -130,7 +132,7 @@ class ResponseBuilder:
         item, self._reasoning = self._reasoning, None
         assert item is not None   # open, or just opened by reasoning(text)
         index = self._positions[item.id]
-        part = item.content[0]
+        part = self._thought
         part.text = text
         self.events.append(TextDoneEvent(
             type="response.reasoning_text.done", sequence_number=self._seq(), item_id=item.id,
@@ -148,10 +150,10 @@ class ResponseBuilder:
         self._close_message("completed")
         item: CallItem
         if kind == "custom":
-            item = OutputCustomToolCall(id=new_id("ctc"), call_id=new_id("call"), name=name,
+            item = CustomToolCallItem(id=new_id("ctc"), call_id=new_id("call"), name=name,
                                         namespace=namespace or None)
         else:
-            item = OutputFunctionCall(id=new_id("fc"), call_id=new_id("call"), name=name,
+            item = FunctionCallItem(id=new_id("fc"), call_id=new_id("call"), name=name,
                                       namespace=namespace or None)
         self._calls[index] = item
         self._add(item)
@@ -160,7 +162,7 @@ class ResponseBuilder:
         self._stream_into(self._calls[index], delta)
 
     def _stream_into(self, item: CallItem, delta: str) -> None:
-        if isinstance(item, OutputFunctionCall):
+        if isinstance(item, FunctionCallItem):
             item.arguments += delta
             type_ = "response.function_call_arguments.delta"
         else:
@@ -173,11 +175,11 @@ class ResponseBuilder:
     def call_done(self, index: int, final: str) -> None:
         """The final parse wins: whatever the deltas did not yet carry is sent, then `.done`."""
         item = self._calls.pop(index)
-        streamed = item.arguments if isinstance(item, OutputFunctionCall) else item.input
+        streamed = item.arguments if isinstance(item, FunctionCallItem) else item.input
         if final != streamed and final.startswith(streamed):
             self._stream_into(item, final[len(streamed):])
         output_index = self._positions[item.id]
-        if isinstance(item, OutputFunctionCall):
+        if isinstance(item, FunctionCallItem):
             item.arguments = final
             done = CallDoneEvent(type="response.function_call_arguments.done",
                                  sequence_number=self._seq(), item_id=item.id,
@@ -191,7 +193,7 @@ class ResponseBuilder:
         item.status = "completed"
         self._item_event("response.output_item.done", output_index, item)
 
-    def compaction(self, item: dict[str, Any], before: int, after: int) -> None:
+    def compaction(self, item: CompactionItem, before: int, after: int) -> None:
         """The history was compacted before generation: the two extension events,
         then the compaction item, complete, at the next output index (0)."""
         rid = self.obj.id
@@ -200,9 +202,8 @@ class ResponseBuilder:
         self.events.append(CompactionCompletedEvent(
             sequence_number=self._seq(), response_id=rid, input_tokens_before=before,
             input_tokens_after=after))
-        compacted = OutputCompaction(id=item["id"], encrypted_content=item["encrypted_content"])
-        index = self._add(compacted)
-        self._item_event("response.output_item.done", index, compacted)
+        index = self._add(item)
+        self._item_event("response.output_item.done", index, item)
 
     def _add(self, item: OutputItem) -> int:
         self.obj.output.append(item)
@@ -211,7 +212,7 @@ class ResponseBuilder:
         self._item_event("response.output_item.added", index, item)
         return index
 
-    def _open_items(self) -> list[OutputReasoning | CallItem]:
+    def _open_items(self) -> list[ReasoningItem | CallItem]:
         return [*([self._reasoning] if self._reasoning else []), *self._calls.values()]
 
     def _close_open_items(self, status: str) -> None:

@@ -20,14 +20,16 @@ message is always kept.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import InvalidRequest
 from . import codec
 from .ids import new_id
+from .objects import (AdditionalToolsItem, CompactionItem, CustomToolCallItem,
+                      CustomToolCallOutputItem, FunctionCallItem, FunctionCallOutputItem,
+                      InputTextPart, Item, MessageItem, items_of, plain)
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
-SUMMARY_MARK = "triode_summary"
 SUMMARY_REQUEST = (
     "Summarize the conversation above for your own later use: the task, the facts, names, "
     "numbers and decisions established so far, what tools returned, and what remains to be "
@@ -36,20 +38,21 @@ KEEP_TOKENS_CAP = 8192
 SUMMARY_MAX_TOKENS = 1024
 SUMMARY_MAX_TOKENS_LIMIT = 16384
 THRESHOLD_MAX = 100_000_000
-CALLS = ("function_call", "custom_tool_call")
-OUTPUTS = ("function_call_output", "custom_tool_call_output")
+CALLS = (FunctionCallItem, CustomToolCallItem)
+CALL_OUTPUTS = (FunctionCallOutputItem, CustomToolCallOutputItem)
 
 
 def default_keep_tokens(context_length: int) -> int:
     return max(1, min(context_length // 16, KEEP_TOKENS_CAP))
 
 
-def encode(summary: str, items: list[dict[str, Any]]) -> str:
-    return codec.encode({"summary": summary, "items": items})
+def encode(summary: str, items: Sequence[Item]) -> str:
+    return codec.encode({"summary": summary, "items": plain(list(items))})
 
 
 def decode(content: str, param: str) -> tuple[str, list[dict[str, Any]]]:
-    """The summary and kept items of a compaction item; a 400 naming `param` if malformed."""
+    """The summary and kept items (their JSON) of a compaction item; a 400 naming `param`
+    if malformed."""
     try:
         value = codec.decode(content)
     except ValueError as exc:
@@ -63,62 +66,65 @@ def decode(content: str, param: str) -> tuple[str, list[dict[str, Any]]]:
     return value["summary"], value["items"]
 
 
-def compaction_item(summary: str, kept: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "compaction", "id": new_id("cmp"), "encrypted_content": encode(summary, kept)}
+def compaction_item(summary: str, kept: Sequence[Item]) -> CompactionItem:
+    return CompactionItem(id=new_id("cmp"), encrypted_content=encode(summary, kept))
 
 
-def summary_message(summary: str) -> dict[str, Any]:
+def summary_message(summary: str) -> MessageItem:
     """The summary as the model reads it: a system message (chat templates and models take
     context there; a user message would read as a request). Marked, so that a later
     compaction summarizes it again instead of keeping it like the client's own system
     messages."""
-    return {"type": "message", "role": "system", "id": new_id("msg"), "status": "completed",
-            "content": [{"type": "input_text", "text": SUMMARY_PREFIX + summary}],
-            SUMMARY_MARK: True}
+    return MessageItem(role="system", id=new_id("msg"), status="completed",
+                       content=[InputTextPart(text=SUMMARY_PREFIX + summary)],
+                       triode_summary=True)
 
 
-def is_system(item: dict[str, Any]) -> bool:
+def is_system(item: Item) -> bool:
     """A client's system or developer message, or its tool declarations (`additional_tools`):
     kept by every compaction."""
-    if item["type"] == "additional_tools":
+    if isinstance(item, AdditionalToolsItem):
         return True
-    return item["type"] == "message" and item["role"] in ("system", "developer") \
-        and not bool(item.get(SUMMARY_MARK))
+    return isinstance(item, MessageItem) and item.role in ("system", "developer") \
+        and not item.triode_summary
 
 
-def is_user(item: dict[str, Any]) -> bool:
-    return bool(item["type"] == "message" and item["role"] == "user")
+def is_user(item: Item) -> bool:
+    return isinstance(item, MessageItem) and item.role == "user"
 
 
-def replay(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def replay(items: list[Item]) -> list[Item]:
     """The history as the model sees it: the last compaction item replaces what precedes it
     (system/developer messages excepted) with its summary and kept items."""
-    last = next((i for i in range(len(items) - 1, -1, -1) if items[i]["type"] == "compaction"),
-                None)
+    last = next((i for i in range(len(items) - 1, -1, -1)
+                 if isinstance(items[i], CompactionItem)), None)
     if last is None:
         return items
-    summary, kept = decode(items[last]["encrypted_content"], "input")
+    compacted = items[last]
+    assert isinstance(compacted, CompactionItem)
+    # Its kept items were made canonical when it was taken in (items.canonical).
+    summary, kept = decode(compacted.encrypted_content, "input")
     return [*(item for item in items[:last] if is_system(item)), summary_message(summary),
-            *kept, *items[last + 1:]]
+            *items_of(kept), *items[last + 1:]]
 
 
-def split_points(body: list[dict[str, Any]]) -> list[int]:
+def split_points(body: list[Item]) -> list[int]:
     """Indices where a kept tail may start: before a user message, or right after a
     complete tool-call group (every call of the group has its output)."""
     points = [0]
     open_calls: set[str] = set()
     in_group = False
     for i, item in enumerate(body):
-        kind = item["type"]
-        if kind in CALLS:
-            open_calls.add(item["call_id"])
+        is_output = isinstance(item, CALL_OUTPUTS)
+        if isinstance(item, CALLS):
+            open_calls.add(item.call_id)
             in_group = True
-        elif kind in OUTPUTS:
-            open_calls.discard(item["call_id"])
+        elif isinstance(item, CALL_OUTPUTS):
+            open_calls.discard(item.call_id)
         if i + 1 < len(body):
             nxt = body[i + 1]
-            group_done = in_group and not open_calls and kind in OUTPUTS \
-                and nxt["type"] not in OUTPUTS
+            group_done = in_group and not open_calls and is_output \
+                and not isinstance(nxt, CALL_OUTPUTS)
             if group_done:
                 in_group = False
             if (is_user(nxt) or group_done) and i + 1 not in points:
@@ -127,14 +133,14 @@ def split_points(body: list[dict[str, Any]]) -> list[int]:
     return sorted(set(points))
 
 
-def truncations(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def truncations(items: list[Item]) -> list[list[Item]]:
     """`truncation: auto`'s candidates, least dropped first: the history without its oldest
     turns, cut only at split points; system/developer messages and the last user message
     are always kept (the last one is the whole history with everything else dropped)."""
     system = [item for item in items if is_system(item)]
     body = [item for item in items if not is_system(item)]
     last_user = next((i for i in range(len(body) - 1, -1, -1) if is_user(body[i])), None)
-    candidates: list[list[dict[str, Any]]] = []
+    candidates: list[list[Item]] = []
     for start in split_points(body):
         tail = body[start:]
         if last_user is not None and start > last_user:
@@ -144,9 +150,8 @@ def truncations(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return candidates
 
 
-def select(items: list[dict[str, Any]], keep_tokens: int,
-           count: Callable[[dict[str, Any]], int]
-           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def select(items: list[Item], keep_tokens: int, count: Callable[[Item], int]
+           ) -> tuple[list[Item], list[Item], list[Item]]:
     """Splits a history into (system/developer messages, items to summarize, kept items).
 
     Kept: the last user message, and the longest tail starting at a split point whose

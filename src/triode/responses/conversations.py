@@ -2,7 +2,8 @@
 metadata limits and one page of a list of items.
 
 A conversation is its object (`{"id", "object": "conversation", "created_at", "metadata"}`)
-and its items, the canonical item dicts history replays (`items.canonical`), each with an id.
+and its items, the canonical items history replays (`items.canonical`), each with an id; the
+store keeps their JSON, which the reads here page through as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import attrs
 from ..errors import InvalidRequest
 from . import wire
 from .items import canonical
-from .objects import ItemObject
+from .objects import Item
 from .translate import INCLUDES, check_metadata
 
 # Items one create or items.create call may add (OpenAI's limit).
@@ -66,7 +67,7 @@ class ItemPage(TypedDict):
     """One page of a list of items (`page`), or the items one call added (`item_list`)."""
 
     object: Literal["list"]
-    data: list[ItemObject]
+    data: list[Item]
     first_id: str | None
     last_id: str | None
     has_more: bool
@@ -85,8 +86,8 @@ def deleted_object(conversation_id: str) -> ConversationDeleted:
 
 # ---- validation -----------------------------------------------------------------------------
 
-def new_items(items: list[wire.InputItem]) -> list[dict[str, Any]]:
-    """Request items as canonical item dicts with ids; at most MAX_ITEMS_PER_CALL. An
+def new_items(items: list[wire.InputItem]) -> list[Item]:
+    """Request items as canonical items with ids; at most MAX_ITEMS_PER_CALL. An
     `item_reference` is refused: a conversation keeps items, not pointers to them."""
     if len(items) > MAX_ITEMS_PER_CALL:
         raise InvalidRequest(f"Invalid 'items': at most {MAX_ITEMS_PER_CALL} items at a time, "

@@ -7,13 +7,14 @@ inherited: they live on the response object, not in its items).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import attrs
 
 from ..errors import InvalidRequest
 from .lifecycle import TERMINAL_STATUSES, Status
-from .objects import AnyEvent, ResponseError, ResponseEvent, ResponseObject, plain
+from .objects import (AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject, items_of,
+                      plain)
 
 
 class ResponseReader(Protocol):
@@ -25,12 +26,12 @@ class ResponseReader(Protocol):
 MAX_CHAIN = 10_000
 
 
-def record(response: ResponseObject | dict[str, Any], items: list[dict[str, Any]], *,
-           ephemeral: bool = False) -> dict[str, Any]:
+def record(response: ResponseObject | dict[str, Any], items: Sequence[Item | dict[str, Any]],
+           *, ephemeral: bool = False) -> dict[str, Any]:
     """What the response store keeps for one response (JSON-shaped: the object's JSON and
     its canonical input items). An ephemeral one (a background job with store: false) can
     be polled but not continued."""
-    rec: dict[str, Any] = {"response": plain(response), "input": items}
+    rec: dict[str, Any] = {"response": plain(response), "input": plain(list(items))}
     if ephemeral:
         rec["ephemeral"] = True
     return rec
@@ -40,7 +41,7 @@ USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will
 TOO_LARGE = ("the response is larger than --responses-store-max-bytes and could not be kept")
 
 
-def too_large(obj: ResponseObject, items: list[dict[str, Any]], created: AnyEvent, *,
+def too_large(obj: ResponseObject, items: Sequence[Item], created: AnyEvent, *,
               ephemeral: bool) -> tuple[dict[str, Any], list[AnyEvent]]:
     """What is stored for a finished job whose final object the byte budget cannot hold:
     the object as `failed`, without output, and its events (the created one, then
@@ -51,15 +52,14 @@ def too_large(obj: ResponseObject, items: list[dict[str, Any]], created: AnyEven
     return record(failed, items, ephemeral=ephemeral), [created, closing]
 
 
-def turn_items(record_: dict[str, Any]) -> list[dict[str, Any]]:
+def turn_items(record_: dict[str, Any]) -> list[Item]:
     """One stored turn as history: its input, then its output."""
-    return [*record_["input"], *record_["response"]["output"]]
+    return items_of([*record_["input"], *record_["response"]["output"]])
 
 
-async def chain(responses: ResponseReader, previous_response_id: str
-                ) -> list[dict[str, Any]]:
+async def chain(responses: ResponseReader, previous_response_id: str) -> list[Item]:
     """Every earlier input and output item, oldest first, ending with the named response."""
-    turns: list[list[dict[str, Any]]] = []
+    turns: list[list[Item]] = []
     rid: str | None = previous_response_id
     while rid is not None:
         rec = await responses.get(rid)

@@ -1,4 +1,4 @@
-"""Input items: wire types → canonical item dicts → chat-template messages.
+"""Input items: wire types → canonical items (`objects.Item`) → chat-template messages.
 
 Canonical items are what a stored response keeps as its input and what history replays, so
 input from a request, from a `previous_response_id` chain and from a conversation all render
@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import InvalidRequest
 from . import compaction, wire
 from .ids import new_id
+from .objects import (AdditionalToolsItem, CompactionItem, ContentPart, CustomToolCallItem,
+                      CustomToolCallOutputItem, FunctionCallItem, FunctionCallOutputItem,
+                      InputTextPart, Item, MessageItem, OutputTextPart, ReasoningItem,
+                      ReasoningTextPart, RefusalPart, SummaryTextPart)
 from .output import decrypt_reasoning
 
 CUSTOM_INPUT = "input"
@@ -28,14 +32,14 @@ def chat_tool_name(name: str, namespace: str | None) -> str:
     return f"{namespace}.{name}" if namespace else name
 
 
-def _part(part: wire.ContentPart, param: str) -> dict[str, Any]:
+def _part(part: wire.ContentPart, param: str) -> ContentPart:
     match part:
         case wire.InputText(text=t):
-            return {"type": "input_text", "text": t}
+            return InputTextPart(text=t)
         case wire.OutputText(text=t):
-            return {"type": "output_text", "text": t, "annotations": []}
+            return OutputTextPart(text=t)
         case wire.Refusal(refusal=t):
-            return {"type": "refusal", "refusal": t}
+            return RefusalPart(refusal=t)
         case wire.InputImage():
             raise InvalidRequest("this model does not take image input", param=param)
         case wire.InputFile():
@@ -43,64 +47,67 @@ def _part(part: wire.ContentPart, param: str) -> dict[str, Any]:
     raise InvalidRequest("unsupported content part", param=param)
 
 
-def _output(value: str | list[wire.ContentPart], param: str) -> str | list[dict[str, Any]]:
+def _output(value: str | list[wire.ContentPart], param: str) -> str | list[ContentPart]:
     if isinstance(value, str):
         return value
     return [_part(p, f"{param}[{j}]") for j, p in enumerate(value)]
 
 
-def _message(item: wire.Message, param: str) -> dict[str, Any]:
+def _message(item: wire.Message, param: str) -> MessageItem:
+    content: list[ContentPart]
     if isinstance(item.content, str):
-        kind = "output_text" if item.role == "assistant" else "input_text"
-        content = [{"type": kind, "text": item.content,
-                    **({"annotations": []} if kind == "output_text" else {})}]
+        content = [OutputTextPart(text=item.content) if item.role == "assistant"
+                   else InputTextPart(text=item.content)]
     else:
         content = [_part(p, f"{param}.content[{j}]") for j, p in enumerate(item.content)]
-    return {"type": "message", "role": item.role, "content": content,
-            "id": item.id or new_id("msg"), "status": item.status or "completed"}
+    return MessageItem(role=item.role, content=content, id=item.id or new_id("msg"),
+                       status=item.status or "completed",
+                       phase=getattr(item, "phase", None))
 
 
-def canonical(item: wire.InputItem, param: str) -> dict[str, Any]:
-    """One wire input item as the dict triode stores and replays."""
-    out: dict[str, Any]
+def canonical(item: wire.InputItem, param: str) -> Item:
+    """One wire input item as the item triode stores and replays."""
     match item:
         case wire.Message():
             return _message(item, param)
         case wire.FunctionCall():
-            out = {"type": "function_call", "id": item.id or new_id("fc"),
-                   "call_id": item.call_id, "name": item.name, "arguments": item.arguments,
-                   "status": item.status or "completed"}
-            return {**out, "namespace": item.namespace} if item.namespace else out
+            return FunctionCallItem(id=item.id or new_id("fc"), call_id=item.call_id,
+                                    name=item.name, arguments=item.arguments,
+                                    status=item.status or "completed",
+                                    namespace=item.namespace or None)
         case wire.CustomToolCall():
-            out = {"type": "custom_tool_call", "id": item.id or new_id("ctc"),
-                   "call_id": item.call_id, "name": item.name, "input": item.input,
-                   "status": item.status or "completed"}
-            return {**out, "namespace": item.namespace} if item.namespace else out
-        case wire.FunctionCallOutput() | wire.CustomToolCallOutput():
-            prefix = "fco" if item.type == "function_call_output" else "ctco"
-            return {"type": item.type, "id": item.id or new_id(prefix), "call_id": item.call_id,
-                    "output": _output(item.output, f"{param}.output"),
-                    "status": item.status or "completed"}
+            return CustomToolCallItem(id=item.id or new_id("ctc"), call_id=item.call_id,
+                                      name=item.name, input=item.input,
+                                      status=item.status or "completed",
+                                      namespace=item.namespace or None)
+        case wire.FunctionCallOutput():
+            return FunctionCallOutputItem(id=item.id or new_id("fco"), call_id=item.call_id,
+                                          output=_output(item.output, f"{param}.output"),
+                                          status=item.status or "completed")
+        case wire.CustomToolCallOutput():
+            return CustomToolCallOutputItem(id=item.id or new_id("ctco"),
+                                            call_id=item.call_id,
+                                            output=_output(item.output, f"{param}.output"),
+                                            status=item.status or "completed")
         case wire.ReasoningItem():
-            out = {"type": "reasoning", "id": item.id or new_id("rs"),
-                   "summary": [{"type": "summary_text", "text": p.text} for p in item.summary]}
-            if item.content is not None:
-                out["content"] = [{"type": "reasoning_text", "text": p.text} for p in item.content]
-            if item.encrypted_content is not None:
-                out["encrypted_content"] = item.encrypted_content
-            return out
+            return ReasoningItem(
+                id=item.id or new_id("rs"),
+                summary=[SummaryTextPart(text=p.text) for p in item.summary],
+                content=None if item.content is None
+                else [ReasoningTextPart(text=p.text) for p in item.content],
+                encrypted_content=item.encrypted_content)
         case wire.CompactionItem():
             return _compaction(item, param)
         case wire.AdditionalTools():
-            return {"type": "additional_tools", "id": item.id or new_id("at"),
-                    "role": item.role or "developer", "tools": item.tools}
+            return AdditionalToolsItem(id=item.id or new_id("at"), role=item.role or "developer",
+                                       tools=item.tools)
         case wire.ItemReference():
-            # Turns.prepare replaces every reference with the item it names.
+            # The turn service replaces every reference with the item it names.
             raise InvalidRequest(f"item_reference '{item.id}' was not resolved", param=param)
     raise InvalidRequest("unsupported input item", param=param)
 
 
-def _compaction(item: wire.CompactionItem, param: str) -> dict[str, Any]:
+def _compaction(item: wire.CompactionItem, param: str) -> CompactionItem:
     """A compaction item with its kept items checked and made canonical like any input (a
     client may write the blob itself: it is documented as plain base64url JSON)."""
     from .convert import structure
@@ -118,32 +125,32 @@ def _compaction(item: wire.CompactionItem, param: str) -> dict[str, Any]:
             raise InvalidRequest(f"compaction item {j}: a compaction cannot keep a "
                                  f"'{parsed.type}' item", param=where)
         kept.append(canonical(parsed, where))
-    return {"type": "compaction", "id": item.id or new_id("cmp"),
-            "encrypted_content": compaction.encode(summary, kept)}
+    return CompactionItem(id=item.id or new_id("cmp"),
+                          encrypted_content=compaction.encode(summary, kept))
 
 
-def input_items(req: wire.CreateResponse) -> list[dict[str, Any]]:
-    """The request's input as canonical item dicts (what input_items lists and history keeps)."""
+def input_items(req: wire.CreateResponse) -> list[Item]:
+    """The request's input as canonical items (what input_items lists and history keeps)."""
     raw = [wire.Message(role="user", content=req.input)] if isinstance(req.input, str) \
         else req.input
     return [canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
 
 
-def text_of(content: str | list[dict[str, Any]]) -> str:
+def text_of(content: str | list[ContentPart]) -> str:
     if isinstance(content, str):
         return content
-    return "".join(p.get("text", p.get("refusal", "")) for p in content)
+    return "".join(p.refusal if isinstance(p, RefusalPart) else p.text for p in content)
 
 
-def reasoning_text(item: dict[str, Any]) -> str:
+def reasoning_text(item: ReasoningItem) -> str:
     """A reasoning item's text: its content, else triode's encrypted_content, else summary."""
-    if item.get("content"):
-        return "\n".join(p["text"] for p in item["content"])
-    if item.get("encrypted_content"):
-        text = decrypt_reasoning(item["encrypted_content"])
+    if item.content:
+        return "\n".join(p.text for p in item.content)
+    if item.encrypted_content:
+        text = decrypt_reasoning(item.encrypted_content)
         if text is not None:
             return text
-    return "\n".join(p["text"] for p in item.get("summary") or [])
+    return "\n".join(p.text for p in item.summary)
 
 
 def _arguments(raw: str) -> Any:
@@ -155,7 +162,7 @@ def _arguments(raw: str) -> Any:
     return value if isinstance(value, dict) else raw
 
 
-def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[str, Any]]:
     """Canonical items (history first, then this turn's input) → chat-template messages.
     `additional_tools` items render nothing here: their tools go to the template's tools."""
     messages: list[dict[str, Any]] = []
@@ -177,27 +184,27 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
         return msg
 
     for item in items:
-        kind = item["type"]
-        if kind == "reasoning":
-            reasoning = reasoning_text(item)
-        elif kind == "message" and item["role"] == "assistant":
-            assistant_turn(merge=False)["content"] = text_of(item["content"])
-        elif kind == "message":
-            messages.append({"role": item["role"], "content": text_of(item["content"])})
-        elif kind in ("function_call", "custom_tool_call"):
-            name = chat_tool_name(item["name"], item.get("namespace"))
-            names[item["call_id"]] = name
-            arguments = _arguments(item["arguments"]) if kind == "function_call" \
-                else {CUSTOM_INPUT: item["input"]}
-            assistant_turn(merge=True).setdefault("tool_calls", []).append(
-                {"type": "function", "id": item["call_id"],
-                 "function": {"name": name, "arguments": arguments}})
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            msg = {"role": "tool", "tool_call_id": item["call_id"],
-                   "content": text_of(item["output"])}
-            if item["call_id"] in names:
-                msg["name"] = names[item["call_id"]]
-            messages.append(msg)
+        match item:
+            case ReasoningItem():
+                reasoning = reasoning_text(item)
+            case MessageItem(role="assistant"):
+                assistant_turn(merge=False)["content"] = text_of(item.content)
+            case MessageItem():
+                messages.append({"role": item.role, "content": text_of(item.content)})
+            case FunctionCallItem() | CustomToolCallItem():
+                name = chat_tool_name(item.name, item.namespace)
+                names[item.call_id] = name
+                arguments = _arguments(item.arguments) if isinstance(item, FunctionCallItem) \
+                    else {CUSTOM_INPUT: item.input}
+                assistant_turn(merge=True).setdefault("tool_calls", []).append(
+                    {"type": "function", "id": item.call_id,
+                     "function": {"name": name, "arguments": arguments}})
+            case FunctionCallOutputItem() | CustomToolCallOutputItem():
+                msg = {"role": "tool", "tool_call_id": item.call_id,
+                       "content": text_of(item.output)}
+                if item.call_id in names:
+                    msg["name"] = names[item.call_id]
+                messages.append(msg)
     return messages
 
 

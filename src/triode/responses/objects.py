@@ -9,15 +9,14 @@ JSON is produced from them at one place, `plain` (one cattrs converter): a field
 has no value), as the `openai` SDK's `Response` model and the Open Responses schema require
 (docs/architecture.md, "Response objects").
 
-The canonical *input* items (`items.canonical`) are the JSON-shaped dicts the stores keep,
-described by the TypedDicts below; output items become those same dicts when a turn is
-stored or replayed (`plain`).
+Input and output items are the same types (`Item`); what a store keeps is their JSON, and
+`item_of` / `response_of` read it back.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal, NotRequired, TypedDict, Union
+from typing import Any, ClassVar, Literal, Union
 
 import attrs
 import cattrs
@@ -40,104 +39,13 @@ def answer(cls: type) -> type:
     return cls
 
 
-# ---- canonical items, as the API answers with them --------------------------------------
-# What `items.canonical` makes of input items and the response builder of output items:
-# input_items, a response's `output` and a conversation's items are lists of these.
-
-class InputTextObject(TypedDict):
-    type: Literal["input_text"]
-    text: str
-
-
-class OutputTextObject(TypedDict):
-    type: Literal["output_text"]
-    text: str
-    annotations: list[Any]
-    logprobs: NotRequired[list[Any]]   # generated text only
-
-
-class RefusalObject(TypedDict):
-    type: Literal["refusal"]
-    refusal: str
-
-
-ContentPartObject = Union[InputTextObject, OutputTextObject, RefusalObject]
-
-
-class MessageObject(TypedDict):
-    type: Literal["message"]
-    id: str
-    role: Literal["user", "system", "developer", "assistant"]
-    status: str
-    content: list[ContentPartObject]
-
-
-class FunctionCallObject(TypedDict):
-    type: Literal["function_call"]
-    id: str
-    call_id: str
-    name: str
-    arguments: str
-    status: str
-    namespace: NotRequired[str]
-
-
-class CustomToolCallObject(TypedDict):
-    type: Literal["custom_tool_call"]
-    id: str
-    call_id: str
-    name: str
-    input: str
-    status: str
-    namespace: NotRequired[str]
-
-
-class FunctionCallOutputObject(TypedDict):
-    type: Literal["function_call_output"]
-    id: str
-    call_id: str
-    output: str | list[ContentPartObject]
-    status: str
-
-
-class CustomToolCallOutputObject(TypedDict):
-    type: Literal["custom_tool_call_output"]
-    id: str
-    call_id: str
-    output: str | list[ContentPartObject]
-    status: str
-
-
-class ReasoningTextObject(TypedDict):
-    type: Literal["reasoning_text", "summary_text"]
-    text: str
-
-
-class ReasoningObject(TypedDict):
-    type: Literal["reasoning"]
-    id: str
-    summary: list[ReasoningTextObject]
-    content: NotRequired[list[ReasoningTextObject]]
-    encrypted_content: NotRequired[str]
-    status: NotRequired[str]           # generated reasoning only
-
-
-class CompactionObject(TypedDict):
-    type: Literal["compaction"]
-    id: str
-    encrypted_content: str
-
-
-class AdditionalToolsObject(TypedDict):
-    type: Literal["additional_tools"]
-    id: str
-    role: Literal["developer", "system"]
-    tools: list[dict[str, Any]]
-
-
-ItemObject = Union[MessageObject, FunctionCallObject, CustomToolCallObject,
-                   FunctionCallOutputObject, CustomToolCallOutputObject, ReasoningObject,
-                   CompactionObject, AdditionalToolsObject]
+def schema_name(name: str) -> Any:
+    """The name of a class's schema in the OpenAPI document, where its own would clash with
+    a request type's (`wire.ReasoningItem`) or change a published name."""
+    def name_it(cls: type) -> type:
+        setattr(cls, "__schema_name__", name)
+        return cls
+    return name_it
 
 
 # ---- usage -------------------------------------------------------------------------------
@@ -172,9 +80,20 @@ def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
 
 
 # ---- content parts and items -------------------------------------------------------------
-# The output items the builder makes grow while they stream (their text, arguments, status),
-# so they are mutable; every event carries a copy, frozen in time.
+# One set of item types for input and output alike: a request's input items (made canonical
+# by `items.canonical`), a response's output, a conversation's items and the kept items of a
+# compaction. The items the builder makes grow while they stream (their text, arguments,
+# status), so they are mutable; every event carries a copy, frozen in time.
 
+@schema_name("InputTextObject")
+@answer
+@attrs.define(kw_only=True)
+class InputTextPart:
+    type: Literal["input_text"] = "input_text"
+    text: str
+
+
+@schema_name("OutputTextObject")
 @answer
 @attrs.define(kw_only=True)
 class OutputTextPart:
@@ -184,6 +103,15 @@ class OutputTextPart:
     logprobs: list[dict[str, Any]] | None = omitted()   # generated text only
 
 
+@schema_name("RefusalObject")
+@answer
+@attrs.define(kw_only=True)
+class RefusalPart:
+    type: Literal["refusal"] = "refusal"
+    refusal: str
+
+
+@schema_name("ReasoningTextObject")
 @answer
 @attrs.define(kw_only=True)
 class ReasoningTextPart:
@@ -191,19 +119,35 @@ class ReasoningTextPart:
     text: str = ""
 
 
+@schema_name("SummaryTextObject")
 @answer
 @attrs.define(kw_only=True)
-class OutputMessage:
+class SummaryTextPart:
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
+ContentPart = Union[InputTextPart, OutputTextPart, RefusalPart]
+
+
+@schema_name("MessageObject")
+@answer
+@attrs.define(kw_only=True)
+class MessageItem:
     type: Literal["message"] = "message"
     id: str
-    content: list[OutputTextPart]
+    role: Literal["user", "system", "developer", "assistant"] = "assistant"
+    content: list[ContentPart]
     status: str = "in_progress"
-    role: Literal["assistant"] = "assistant"
+    phase: str | None = omitted()
+    # The summary a compaction replays (compaction.summary_message): never sent or stored.
+    triode_summary: bool | None = omitted()
 
 
+@schema_name("FunctionCallObject")
 @answer
 @attrs.define(kw_only=True)
-class OutputFunctionCall:
+class FunctionCallItem:
     type: Literal["function_call"] = "function_call"
     id: str
     call_id: str
@@ -213,9 +157,10 @@ class OutputFunctionCall:
     namespace: str | None = omitted()
 
 
+@schema_name("CustomToolCallObject")
 @answer
 @attrs.define(kw_only=True)
-class OutputCustomToolCall:
+class CustomToolCallItem:
     type: Literal["custom_tool_call"] = "custom_tool_call"
     id: str
     call_id: str
@@ -225,28 +170,66 @@ class OutputCustomToolCall:
     namespace: str | None = omitted()
 
 
-@answer
-@attrs.define(kw_only=True)
-class OutputReasoning:
-    type: Literal["reasoning"] = "reasoning"
-    id: str
-    summary: list[ReasoningTextPart] = attrs.Factory(list)
-    content: list[ReasoningTextPart] = attrs.Factory(list)
-    encrypted_content: str | None = omitted()
-    status: str = "in_progress"
-
-
+@schema_name("FunctionCallOutputObject")
 @answer
 @attrs.frozen(kw_only=True)
-class OutputCompaction:
+class FunctionCallOutputItem:
+    type: Literal["function_call_output"] = "function_call_output"
+    id: str
+    call_id: str
+    output: str | list[ContentPart]
+    status: str = "completed"
+
+
+@schema_name("CustomToolCallOutputObject")
+@answer
+@attrs.frozen(kw_only=True)
+class CustomToolCallOutputItem:
+    type: Literal["custom_tool_call_output"] = "custom_tool_call_output"
+    id: str
+    call_id: str
+    output: str | list[ContentPart]
+    status: str = "completed"
+
+
+@schema_name("ReasoningObject")
+@answer
+@attrs.define(kw_only=True)
+class ReasoningItem:
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[SummaryTextPart] = attrs.Factory(list)
+    content: list[ReasoningTextPart] | None = omitted()
+    encrypted_content: str | None = omitted()
+    status: str | None = omitted()          # generated reasoning only
+
+
+@schema_name("CompactionObject")
+@answer
+@attrs.frozen(kw_only=True)
+class CompactionItem:
     type: Literal["compaction"] = "compaction"
     id: str
     encrypted_content: str
 
 
-CallItem = Union[OutputFunctionCall, OutputCustomToolCall]
-OutputItem = Union[OutputMessage, OutputFunctionCall, OutputCustomToolCall, OutputReasoning,
-                   OutputCompaction]
+@schema_name("AdditionalToolsObject")
+@answer
+@attrs.frozen(kw_only=True)
+class AdditionalToolsItem:
+    type: Literal["additional_tools"] = "additional_tools"
+    id: str
+    role: Literal["developer", "system"] = "developer"
+    tools: list[dict[str, Any]]
+
+
+CallItem = Union[FunctionCallItem, CustomToolCallItem]
+CallOutputItem = Union[FunctionCallOutputItem, CustomToolCallOutputItem]
+Item = Union[MessageItem, FunctionCallItem, CustomToolCallItem, FunctionCallOutputItem,
+             CustomToolCallOutputItem, ReasoningItem, CompactionItem, AdditionalToolsItem]
+# What a response's output holds (the builder makes these).
+OutputItem = Union[MessageItem, FunctionCallItem, CustomToolCallItem, ReasoningItem,
+                   CompactionItem]
 
 
 # ---- the fields a response echoes --------------------------------------------------------
@@ -371,7 +354,7 @@ class CompactedHistory:
     id: str
     created_at: int
     model: str
-    output: list[dict[str, Any]]
+    output: list[Item]
     usage: Usage
     object: Literal["response.compaction"] = "response.compaction"
 
@@ -523,11 +506,15 @@ def _unstructure_factory(cls: type) -> Any:
 _json.register_unstructure_hook_factory(attrs.has, _unstructure_factory)
 
 
-_OUTPUT_ITEMS: dict[str, type] = {
-    "message": OutputMessage, "function_call": OutputFunctionCall,
-    "custom_tool_call": OutputCustomToolCall, "reasoning": OutputReasoning,
-    "compaction": OutputCompaction}
-_PARTS: dict[str, type] = {"output_text": OutputTextPart, "reasoning_text": ReasoningTextPart}
+ITEM_TYPES: dict[str, type] = {
+    "message": MessageItem, "function_call": FunctionCallItem,
+    "custom_tool_call": CustomToolCallItem, "function_call_output": FunctionCallOutputItem,
+    "custom_tool_call_output": CustomToolCallOutputItem, "reasoning": ReasoningItem,
+    "compaction": CompactionItem, "additional_tools": AdditionalToolsItem}
+_CONTENT_PARTS: dict[str, type] = {"input_text": InputTextPart, "output_text": OutputTextPart,
+                                   "refusal": RefusalPart}
+_EVENT_PARTS: dict[str, type] = {"output_text": OutputTextPart,
+                                 "reasoning_text": ReasoningTextPart}
 
 
 def _by_type(table: dict[str, type]) -> Any:
@@ -536,9 +523,15 @@ def _by_type(table: dict[str, type]) -> Any:
     return hook
 
 
-_json.register_structure_hook_func(lambda t: t == OutputItem, _by_type(_OUTPUT_ITEMS))
+def _text_or_parts(value: Any, _: Any) -> Any:
+    return value if isinstance(value, str) else _json.structure(value, list[ContentPart])
+
+
+_json.register_structure_hook_func(lambda t: t in (Item, OutputItem), _by_type(ITEM_TYPES))
+_json.register_structure_hook_func(lambda t: t == ContentPart, _by_type(_CONTENT_PARTS))
 _json.register_structure_hook_func(lambda t: t == OutputTextPart | ReasoningTextPart,
-                                   _by_type(_PARTS))
+                                   _by_type(_EVENT_PARTS))
+_json.register_structure_hook_func(lambda t: t == str | list[ContentPart], _text_or_parts)
 # JSON values kept as they are (a tool_choice, the free-form fields).
 _FREE = (str | dict[str, Any], dict[str, Any] | None, list[dict[str, Any]] | None)
 
@@ -548,6 +541,16 @@ def _kept(value: Any, _: Any) -> Any:
 
 
 _json.register_structure_hook_func(lambda t: t in _FREE, _kept)
+
+
+def item_of(value: dict[str, Any]) -> Item:
+    """An item read back from its JSON (a store's record, a compaction's kept items)."""
+    item: Item = _json.structure(value, ITEM_TYPES[value["type"]])
+    return item
+
+
+def items_of(values: list[dict[str, Any]]) -> list[Item]:
+    return [item_of(value) for value in values]
 
 
 def response_of(value: dict[str, Any]) -> ResponseObject:

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import attrs
 
+from .objects import CompactionItem
 from ..errors import ContextLengthExceeded
 from ..model.loading import ModelInfo
 from ..model.parsers import make_parser
@@ -23,7 +24,7 @@ Assemble = Callable[[ResponseBuilder], OutputAssembler]
 class Compacted:
     """A compaction done before generation: its item and the input sizes around it."""
 
-    item: dict[str, Any]
+    item: CompactionItem
     before: int
     after: int
 

@@ -10,12 +10,13 @@ tool with `--hosted-tools error`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import attrs
 
 from ..errors import InvalidRequest
 from .items import CUSTOM_INPUT, chat_tool_name
+from .objects import AdditionalToolsItem, Item
 
 HOSTED_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11", "file_search",
@@ -101,17 +102,17 @@ def _custom(obj: dict[str, Any], param: str, namespace: str | None) -> Tool:
     return Tool("custom", name, namespace, _field(obj, "description", str, param), format=fmt)
 
 
-def declared_tools(items: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+def declared_tools(items: Sequence[Item], tools: list[dict[str, Any]] | None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every tool declaration a turn sees, with where each came from: the `additional_tools`
     items of its (replayed) history and input, then its `tools`. A tool declared again
     (the same type and name: a client resending its tool list every turn) replaces the
     earlier declaration in place."""
     found: dict[tuple[Any, Any], tuple[dict[str, Any], str]] = {}
-    for i, item in enumerate(items):
-        if item["type"] == "additional_tools":
-            for j, tool in enumerate(item["tools"]):
-                param = f"additional_tools[{item['id']}].tools[{j}]"
+    for item in items:
+        if isinstance(item, AdditionalToolsItem):
+            for j, tool in enumerate(item.tools):
+                param = f"additional_tools[{item.id}].tools[{j}]"
                 found[_identity(tool, param)] = (tool, param)
     for i, tool in enumerate(tools or []):
         found[_identity(tool, f"tools[{i}]")] = (tool, f"tools[{i}]")

@@ -16,7 +16,7 @@ from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
-from .objects import ConversationRef, Echo, ReasoningEcho, TextEcho
+from .objects import ConversationRef, Echo, Item, ReasoningEcho, TextEcho
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
@@ -40,7 +40,7 @@ METADATA_VALUE_MAX = 512
 
 @attrs.frozen
 class Plan:
-    items: list[dict[str, Any]]          # this turn's input, canonical
+    items: list[Item]                    # this turn's input, canonical
     messages: list[dict[str, Any]]
     sampling: Sampling
     max_output_tokens: int | None
@@ -56,8 +56,8 @@ class Plan:
     stop: list[str]
     template_kwargs: dict[str, Any]
     top_logprobs: int | None          # None unless the request includes output_text.logprobs
-    history: list[dict[str, Any]] = attrs.Factory(list)  # every item rendered, replayed
-    past: list[dict[str, Any]] = attrs.Factory(list)     # the earlier turns' items, as given
+    history: list[Item] = attrs.Factory(list)   # every item rendered, replayed
+    past: list[Item] = attrs.Factory(list)      # the earlier turns' items, as given
     compact_threshold: int | None = None   # context_management's compaction threshold
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
@@ -186,10 +186,11 @@ def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
 
 
 def plan(req: wire.CreateResponse, defaults: Sampling,
-         history: Sequence[dict[str, Any]] = (), conversation: str | None = None, *,
-         hosted_tools: str = "ignore") -> Plan:
-    """The validated request (see `validate`) with its history, ready for the actors."""
-    items = input_items(req)
+         history: Sequence[Item] = (), conversation: str | None = None, *,
+         hosted_tools: str = "ignore", items: list[Item] | None = None) -> Plan:
+    """The validated request (see `validate`) with its history, ready for the actors.
+    `items`: its input already made canonical (its item references resolved), if so."""
+    items = input_items(req) if items is None else items
     replayed = compaction.replay([*history, *items])
     raw_tools, params = declared_tools(replayed, req.tools)
     tools = parse_tools(raw_tools, hosted=hosted_tools, params=params)

@@ -18,7 +18,7 @@ from ..errors import ContextLengthExceeded
 from ..model.parsers import TextDelta, make_parser
 from ..model.request import GenerationRequest, Rendered, Sampling
 from ..responses import compaction
-from ..responses.objects import Usage
+from ..responses.objects import CompactionItem, Item, ReasoningItem, Usage
 from ..responses.objects import usage as usage_of
 from ..responses.items import chat_messages, reasoning_text
 from ..responses.translate import Plan, starts_in_reasoning
@@ -32,7 +32,7 @@ class Transcript:
     and template arguments its prompt renders with."""
 
     instructions: str | None
-    history: list[dict[str, Any]]
+    history: list[Item]
     template_tools: list[dict[str, Any]]
     template_kwargs: dict[str, Any]
 
@@ -44,9 +44,9 @@ class Transcript:
 
 @attrs.frozen
 class Compaction:
-    item: dict[str, Any]                 # the compaction item
-    system: list[dict[str, Any]]         # kept system/developer messages
-    kept: list[dict[str, Any]]           # kept items
+    item: CompactionItem                 # the compaction item
+    system: list[Item]                   # kept system/developer messages
+    kept: list[Item]                     # kept items
     messages: list[dict[str, Any]]       # the compacted history as chat messages
     rendered: Rendered                   # ... rendered with the request's tools
     before: int                          # input tokens before
@@ -54,13 +54,13 @@ class Compaction:
     usage: Usage                         # of the summary generation
 
 
-def _item_text(item: dict[str, Any]) -> str:
-    if item["type"] == "reasoning":
+def _item_text(item: Item) -> str:
+    if isinstance(item, ReasoningItem):
         return reasoning_text(item)
     return json.dumps(chat_messages(None, [item]), ensure_ascii=False)
 
 
-async def item_sizes(model: ModelHandle, items: list[dict[str, Any]]) -> list[int]:
+async def item_sizes(model: ModelHandle, items: list[Item]) -> list[int]:
     """Approximate tokens per item (its chat-message text plus a template's overhead)."""
     tokenizer = model.tokenizer
 
@@ -72,7 +72,7 @@ async def item_sizes(model: ModelHandle, items: list[dict[str, Any]]) -> list[in
 
 
 async def summarize(model: ModelHandle, instructions: str | None,
-                    history: list[dict[str, Any]], max_tokens: int,
+                    history: list[Item], max_tokens: int,
                     template_kwargs: dict[str, Any]) -> tuple[str, Usage]:
     """One greedy, non-streaming generation through the model actor; returns the summary
     text (reasoning and markup stripped by the model's parser) and its usage."""

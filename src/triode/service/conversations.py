@@ -22,6 +22,7 @@ from ..responses.conversations import (ConversationDeleted, ConversationUpdate,
                                        new_items, page)
 from ..responses.translate import check_metadata
 from ..responses.ids import new_id
+from ..responses.objects import plain
 
 
 class Conversations:
@@ -76,7 +77,7 @@ class Conversations:
         items = new_items(req.items)
         if await self._store.extend(conversation_id, items) is None:
             raise _no_conversation(conversation_id)
-        return item_list(items)
+        return item_list(plain(items))
 
     async def item(self, conversation_id: str, item_id: str,
                    include: list[str] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from ..errors import NotFound, StoreDisabled, StoreUnavailable
 from ..responses import history
 from ..responses.items import chat_messages, turn_keys
 from ..responses.lifecycle import FINISHED_STATUSES
-from ..responses.objects import ResponseObject, StreamEvent, plain, response_of
+from ..responses.objects import Item, ResponseObject, StreamEvent, response_of
 from ..responses.translate import Plan
 
 log = logging.getLogger(__name__)
@@ -79,14 +79,14 @@ class ResponseKeeper:
                 await self._responses.put(obj.id, history.record(obj, plan.items), events)
         if obj.status not in FINISHED_STATUSES:
             return  # a failed or cancelled turn adds nothing
-        turn = [*plan.messages, *chat_messages(None, plain(obj.output))]
+        turn = [*plan.messages, *chat_messages(None, obj.output)]
         await self._echo.remember((key, m["reasoning_content"])
                                   for m, key in zip(turn, turn_keys(turn))
                                   if key is not None and m.get("reasoning_content"))
         if plan.conversation is not None:
             with contextlib.suppress(StoreDisabled):
                 await self._conversations.append(plan.conversation,
-                                                 [*plan.items, *plain(obj.output)])
+                                                 [*plan.items, *obj.output])
 
     async def _keep_job(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                         ) -> ResponseObject:
@@ -146,16 +146,16 @@ class LocalResponses:
 
     def __init__(self, limit: int = LOCAL_RESPONSES) -> None:
         self._limit = limit
-        self._histories: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._histories: OrderedDict[str, list[Item]] = OrderedDict()
 
-    def history(self, response_id: str) -> list[dict[str, Any]] | None:
+    def history(self, response_id: str) -> list[Item] | None:
         found = self._histories.get(response_id)
         if found is None:
             return None
         self._histories.move_to_end(response_id)
         return list(found)
 
-    def remember(self, response_id: str, items: list[dict[str, Any]]) -> None:
+    def remember(self, response_id: str, items: list[Item]) -> None:
         self._histories[response_id] = items
         self._histories.move_to_end(response_id)
         while len(self._histories) > self._limit:
@@ -174,4 +174,4 @@ class LocalKeeper:
                    ) -> None:
         await self.keeper.keep(plan, obj, events)
         if obj.store is False and obj.status in FINISHED_STATUSES:
-            self.local.remember(obj.id, [*plan.past, *plan.items, *plain(obj.output)])
+            self.local.remember(obj.id, [*plan.past, *plan.items, *obj.output])

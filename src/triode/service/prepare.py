@@ -24,16 +24,14 @@ from ..model.constraints import tool_call_grammar
 from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
-from ..responses.convert import structure
 from ..responses.ids import new_id
-from ..responses.objects import CompactedHistory, StreamEvent, usage
+from ..responses.objects import CompactedHistory, Item, StreamEvent, item_of, items_of, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
-from ..responses.wire import (CompactRequest, CreateResponse, InputItem, ItemList, Message,
-                              ItemReference)
+from ..responses.wire import CompactRequest, CreateResponse, InputItem, ItemReference, Message
 from . import compactor
 from .compactor import Transcript
 from .jobs import Jobs
@@ -89,18 +87,16 @@ class Preparer:
         responses first, then in the store."""
         self.check_model(req.model)
         translate.validate(req)
-        past: list[dict[str, Any]] = []
+        past: list[Item] = []
         conversation = None
         if req.previous_response_id is not None:
             past = await self._earlier(req.previous_response_id, local)
         elif req.conversation is not None:
             conversation = history.conversation_id(req.conversation)
-            past = await self._conversations.get(conversation) or []
-        resolved = await self._resolved(req.input, past)
-        if resolved is not req.input:
-            req = attrs.evolve(req, input=resolved)
+            past = items_of(await self._conversations.get(conversation) or [])
+        items = await self._canonical_input(req.input, past)
         plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
-                              hosted_tools=self._hosted_tools)
+                              hosted_tools=self._hosted_tools, items=items)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
@@ -177,12 +173,10 @@ class Preparer:
         names no conversation."""
         self.check_model(turn.model)
         translate.check_metadata(turn.metadata)
-        past: list[dict[str, Any]] = []
+        past: list[Item] = []
         if turn.previous_response_id is not None:
             past = await self._earlier(turn.previous_response_id, None)
-        given = await self._resolved(turn.input, past)
-        raw = [Message(role="user", content=given)] if isinstance(given, str) else given
-        items = [canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
+        items = await self._canonical_input(turn.input, past)
         replayed = compaction.replay([*past, *items])
         template_tools = self._template_tools(turn, replayed)
         template_kwargs = turn.chat_template_kwargs or {}
@@ -192,7 +186,7 @@ class Preparer:
         return Transcript(turn.instructions, replayed, template_tools, template_kwargs), \
             rendered
 
-    def _template_tools(self, turn: TurnInput, replayed: list[dict[str, Any]]
+    def _template_tools(self, turn: TurnInput, replayed: list[Item]
                         ) -> list[dict[str, Any]]:
         """The tools the chat template is shown, as `translate.plan` chooses them. A
         required tool choice compiles its grammar as a create does, so a tool schema that
@@ -210,7 +204,7 @@ class Preparer:
         return [t.for_template() for t in visible]
 
     async def _earlier(self, previous_response_id: str, local: LocalResponses | None
-                       ) -> list[dict[str, Any]]:
+                       ) -> list[Item]:
         """The items a `previous_response_id` continues: the connection's own response's,
         else the stored chain's (a response still running cannot be continued yet)."""
         if local is not None and (remembered := local.history(previous_response_id)) \
@@ -223,29 +217,30 @@ class Preparer:
                                  param="previous_response_id")
         return await history.chain(self._responses, previous_response_id)
 
-    async def _resolved(self, given: str | list[InputItem], past: list[dict[str, Any]]
-                        ) -> str | list[InputItem]:
-        """The input with every `item_reference` replaced by the item it names: one of the
-        history's (the chain or conversation), else any stored response's input or output
-        item (not a `store: false` one's). An unknown id is a 400 naming it. Unchanged (the
-        same object) when it has none."""
-        if isinstance(given, str) or not any(isinstance(item, ItemReference)
-                                             for item in given):
-            return given
-        known = {item["id"]: item for item in past if isinstance(item.get("id"), str)}
-        resolved: list[InputItem] = []
+    async def _canonical_input(self, given: str | list[InputItem], past: list[Item]
+                               ) -> list[Item]:
+        """The input as canonical items, every `item_reference` replaced by the item it
+        names: one of the history's (the chain or conversation), else any stored
+        response's input or output item (not a `store: false` one's). An unknown id is a
+        400 naming it."""
+        if isinstance(given, str):
+            return [canonical(Message(role="user", content=given), "input[0]")]
+        known = {item.id: item for item in past}
+        items: list[Item] = []
         for i, item in enumerate(given):
-            if isinstance(item, ItemReference):
-                found = known.get(item.id)
-                if found is None:
-                    with contextlib.suppress(StoreDisabled):
-                        found = await self._responses.find_item(item.id)
-                if found is None:
-                    raise InvalidRequest(f"Item with id '{item.id}' not found.",
-                                         param=f"input[{i}].id")
-                item = structure({"input": [found]}, ItemList).input[0]
-            resolved.append(item)
-        return resolved
+            if not isinstance(item, ItemReference):
+                items.append(canonical(item, f"input[{i}]"))
+                continue
+            found = known.get(item.id)
+            if found is None:
+                with contextlib.suppress(StoreDisabled):
+                    stored = await self._responses.find_item(item.id)
+                    found = None if stored is None else item_of(stored)
+            if found is None:
+                raise InvalidRequest(f"Item with id '{item.id}' not found.",
+                                     param=f"input[{i}].id")
+            items.append(found)
+        return items
 
     async def _with_reasoning(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages with the reasoning triode generated for each assistant turn sent
@@ -270,7 +265,7 @@ class Preparer:
         limit = context - min(plan.max_output_tokens or 1, context // 2)
         candidates = compaction.truncations(plan.history)
 
-        async def attempt(items: list[dict[str, Any]]) -> tuple[Plan, Rendered]:
+        async def attempt(items: list[Item]) -> tuple[Plan, Rendered]:
             messages = await self._with_reasoning(
                 chat_messages(plan.echo.instructions, items))
             rendered = await self._model.render(messages, plan.template_tools,
