@@ -10,7 +10,7 @@ import pytest
 
 from triode.responses.tools import HOSTED_TYPES
 
-from ..conftest import run_server
+from ..conftest import run_server, wait_until
 from .test_spine import MODEL, error_of, sse_events
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city.",
@@ -260,6 +260,27 @@ def test_sampling_extras(client, server):
                          ("seed", "x"), ("stop", [""])):
         r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x", field: value})
         assert r.status_code == 400 and error_of(r)["param"].startswith(field), (field, r.text)
+
+
+def test_background_is_false_on_a_foreground_response_and_its_stream(client, server):
+    """`background` is always present: false on a foreground create, on every lifecycle
+    event of its stream and on the stored object; true on a background job."""
+    resp = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a"})
+    assert resp.json()["background"] is False
+    events = sse_events(server.http.post("/v1/responses", json={
+        "model": MODEL, "input": "Reply with: a", "stream": True}).text)
+    lifecycle = [e["response"] for e in events if "response" in e]
+    assert [e["type"] for e in events if "response" in e] == [
+        "response.created", "response.in_progress", "response.completed"]
+    assert all(r["background"] is False for r in lifecycle)
+    stored = server.http.get(f"/v1/responses/{lifecycle[-1]['id']}").json()
+    assert stored["background"] is False
+    job = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a",
+                                                  "background": True}).json()
+    assert job["background"] is True
+    done = wait_until(lambda: (r := client.responses.retrieve(job["id"])).status == "completed"
+                      and r)
+    assert done.background is True
 
 
 def test_reasoning_echo_restores_a_turn_resent_without_its_reasoning(client):
