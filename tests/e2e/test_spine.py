@@ -149,6 +149,7 @@ def test_request_fields_are_echoed(client):
     assert resp.tools == [] and resp.tool_choice == "auto" and resp.parallel_tool_calls is True
     assert resp.text.format.type == "text" and resp.truncation == "disabled"
     assert resp.model_dump(exclude_unset=True)["background"] is False
+    assert (resp.presence_penalty, resp.frequency_penalty) == (0.0, 0.0)
 
 
 def test_routes_without_v1_prefix(server):
