@@ -89,7 +89,9 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
     assert sampling.seed is not None   # sampler_for gives unseeded settings a shared sampler
-    key = mx.random.key(sampling.seed)
+    # A seed is any signed 64-bit integer (translate.RANGES); MLX's key takes an unsigned
+    # one, and a negative seed would kill the engine thread.
+    key = mx.random.key(sampling.seed % 2**64)
 
     def sample(logprobs: Any) -> Any:
         nonlocal key
