@@ -93,7 +93,7 @@ def test_status_flow_seen_by_polling(idle):
     assert done["status"] == "completed" and done["background"] is True
     assert text_of(done) == "hello" and done["usage"]["output_tokens"] > 0
     sync = idle.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: hello"})
-    assert text_of(sync.json()) == "hello" and "background" not in sync.json()
+    assert text_of(sync.json()) == "hello" and sync.json()["background"] is False
 
     held = create(idle, hold_job())
     running = wait_until(lambda: (o := poll(idle, held["id"]))["status"] == "in_progress" and o)
@@ -155,7 +155,7 @@ def test_cancel_endpoint_stops_a_synchronous_stream_too(idle):
             lines = r.iter_lines()   # kept referenced: a dropped iterator closes the stream
             created = json.loads(next(line for line in lines if line.startswith("data: "))
                                  .removeprefix("data: "))["response"]
-            assert "background" not in created
+            assert created["background"] is False
             stopped = cancel(idle, created["id"])
             assert stopped["status"] == "cancelled"
             rest = [line for line in lines if line.startswith("event: ")]
@@ -247,6 +247,7 @@ def test_stream_replay_follows_a_running_job_and_equals_the_live_tail(idle):
     assert [e["sequence_number"] for e in live] == list(range(len(live)))
     assert live[0]["type"] == "response.created" and live[-1]["type"] == "response.completed"
     assert live[-1]["response"] == poll(idle, followed["id"])
+    assert all(e["response"]["background"] is True for e in live if "response" in e)
     stream = f"/v1/responses/{followed['id']}?stream=true"
     assert sse_events(idle.http.get(stream).text) == live
     for n in (0, 3, len(live) - 2):

@@ -10,7 +10,7 @@ import pytest
 
 from triode.responses.tools import HOSTED_TYPES
 
-from ..conftest import run_server
+from ..conftest import run_server, wait_until
 from .test_spine import MODEL, error_of, sse_events
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city.",
@@ -260,6 +260,64 @@ def test_sampling_extras(client, server):
                          ("seed", "x"), ("stop", [""])):
         r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x", field: value})
         assert r.status_code == 400 and error_of(r)["param"].startswith(field), (field, r.text)
+
+
+REPETITIVE = "Reply with: a a a a a a a a"   # greedy, the bundled model repeats "a" on
+
+
+def test_presence_and_frequency_penalties_are_echoed_and_honoured(client, server):
+    """The penalties come back with their effective values (0.0 when not set); a large
+    frequency penalty breaks a greedy run of one repeated token; -2..2 as OpenAI's, outside
+    it a 400 naming the field."""
+    body = dict(model=MODEL, input=REPETITIVE, temperature=0, max_output_tokens=32)
+    plain = client.responses.create(**body)
+    assert (plain.presence_penalty, plain.frequency_penalty) == (0.0, 0.0)
+    assert plain.output_text.split().count("a") >= 12
+    penalized = client.responses.create(**body, extra_body={"frequency_penalty": 2.0})
+    assert (penalized.presence_penalty, penalized.frequency_penalty) == (0.0, 2.0)
+    assert penalized.output_text != plain.output_text
+    assert penalized.output_text.split().count("a") < 8
+    both = client.responses.create(**body, extra_body={"presence_penalty": -2,
+                                                        "frequency_penalty": 1.5})
+    assert (both.presence_penalty, both.frequency_penalty) == (-2.0, 1.5)
+    stored = server.http.get(f"/v1/responses/{both.id}").json()
+    assert (stored["presence_penalty"], stored["frequency_penalty"]) == (-2.0, 1.5)
+    for field, value in (("presence_penalty", 2.01), ("presence_penalty", -3),
+                         ("frequency_penalty", -2.5), ("frequency_penalty", "x")):
+        r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x", field: value})
+        assert r.status_code == 400 and error_of(r)["param"] == field, (field, r.text)
+
+
+def test_penalties_compose_with_constrained_decoding(client):
+    """Penalties run before the grammar: a penalized json_schema answer still validates."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+              "additionalProperties": False}
+    resp = client.responses.create(
+        model=MODEL, input="Answer in JSON with key a and value b", temperature=0,
+        max_output_tokens=64, extra_body={"frequency_penalty": 2.0, "presence_penalty": 2.0},
+        text={"format": {"type": "json_schema", "name": "s", "schema": schema, "strict": True}})
+    assert set(json.loads(resp.output_text)) == {"a"}
+
+
+def test_background_is_false_on_a_foreground_response_and_its_stream(client, server):
+    """`background` is always present: false on a foreground create, on every lifecycle
+    event of its stream and on the stored object; true on a background job."""
+    resp = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a"})
+    assert resp.json()["background"] is False
+    events = sse_events(server.http.post("/v1/responses", json={
+        "model": MODEL, "input": "Reply with: a", "stream": True}).text)
+    lifecycle = [e["response"] for e in events if "response" in e]
+    assert [e["type"] for e in events if "response" in e] == [
+        "response.created", "response.in_progress", "response.completed"]
+    assert all(r["background"] is False for r in lifecycle)
+    stored = server.http.get(f"/v1/responses/{lifecycle[-1]['id']}").json()
+    assert stored["background"] is False
+    job = server.http.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a",
+                                                  "background": True}).json()
+    assert job["background"] is True
+    done = wait_until(lambda: (r := client.responses.retrieve(job["id"])).status == "completed"
+                      and r)
+    assert done.background is True
 
 
 def test_reasoning_echo_restores_a_turn_resent_without_its_reasoning(client):

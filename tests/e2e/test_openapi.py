@@ -84,8 +84,9 @@ schema = schemathesis.openapi.from_dict(DOCUMENT, config=SchemathesisConfig.from
 # Fields a generated create keeps when it is made to reach generation: none needs state
 # on the server (an earlier response, a conversation, tools to match a tool_choice).
 STATELESS = ("instructions", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-             "repetition_penalty", "store", "background", "stream", "metadata", "include",
-             "truncation", "reasoning", "user", "service_tier", "parallel_tool_calls")
+             "repetition_penalty", "presence_penalty", "frequency_penalty", "store",
+             "background", "stream", "metadata", "include", "truncation", "reasoning", "user",
+             "service_tier", "parallel_tool_calls")
 
 
 @schema.hook

@@ -148,7 +148,8 @@ def test_request_fields_are_echoed(client):
     assert resp.metadata == {"k": "v"} and resp.store is False and resp.user == "u1"
     assert resp.tools == [] and resp.tool_choice == "auto" and resp.parallel_tool_calls is True
     assert resp.text.format.type == "text" and resp.truncation == "disabled"
-    assert "background" not in resp.model_dump(exclude_unset=True)
+    assert resp.model_dump(exclude_unset=True)["background"] is False
+    assert (resp.presence_penalty, resp.frequency_penalty) == (0.0, 0.0)
 
 
 def test_routes_without_v1_prefix(server):

@@ -60,6 +60,8 @@ def test_sdk_connect_streams_what_sse_streams(server, client):
             frames.append(json.loads(data))
     assert [f["type"] for f in frames] == [e["type"] for e in sse]
     assert [f["sequence_number"] for f in frames] == list(range(len(frames)))
+    lifecycle = [e["response"] for e in [*sse, *frames] if "response" in e]
+    assert len(lifecycle) >= 6 and all(r["background"] is False for r in lifecycle)
     final = frames[-1]["response"]
     assert output_text(final) == "silver 411 lake"
     assert server.http.get(f"/v1/responses/{final['id']}").json() == final

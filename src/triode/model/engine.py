@@ -71,7 +71,8 @@ def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
     so a batch that shares settings samples in one batched call (BatchGenerator compares
     samplers by identity); a seeded request gets its own random key, split every step."""
     if sampling.seed is None or sampling.temperature == 0:
-        return _shared_sampler(attrs.evolve(sampling, seed=None, repetition_penalty=None))
+        return _shared_sampler(attrs.evolve(sampling, seed=None, repetition_penalty=None,
+                                            presence_penalty=0.0, frequency_penalty=0.0))
     return _seeded_sampler(sampling)
 
 
@@ -88,7 +89,9 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
     assert sampling.seed is not None   # sampler_for gives unseeded settings a shared sampler
-    key = mx.random.key(sampling.seed)
+    # A seed is any signed 64-bit integer (translate.RANGES); MLX's key takes an unsigned
+    # one, and a negative seed would kill the engine thread.
+    key = mx.random.key(sampling.seed % 2**64)
 
     def sample(logprobs: Any) -> Any:
         nonlocal key
@@ -106,15 +109,41 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     return one_token_per_call(sample)   # its key must split once per token, drafted or not
 
 
+def openai_penalties(presence: float, frequency: float, prompt_length: int
+                     ) -> Callable[[Any, Any], Any]:
+    """OpenAI's presence and frequency penalties as an mlx-lm logits processor: with c the
+    number of times a token was generated so far, its logit drops by
+    `presence * (c > 0) + frequency * c`.
+
+    mlx-lm's own presence and frequency processors count the last 20 tokens of the context,
+    prompt included; OpenAI counts every generated token and nothing of the prompt. The
+    context a processor gets is the prompt followed by the tokens generated so far (plain
+    and speculative decoding alike), so the generated ones are those past `prompt_length`."""
+    import mlx.core as mx
+
+    def penalize(tokens: Any, logits: Any) -> Any:
+        generated = tokens[prompt_length:]
+        if generated.size == 0:
+            return logits
+        counts = mx.zeros(logits.shape[-1:], dtype=mx.float32).at[generated].add(1)
+        penalty = frequency * counts + presence * (counts > 0)
+        return logits - penalty.astype(logits.dtype)
+
+    return penalize
+
+
 def logits_processors_for(request: GenerationRequest, tokenizer: Any) -> tuple[list[Any], Any]:
     """Penalties first, the grammar last (it must see the final logits); also returns the
     constrained-decoding processor, whose error is reported when the sequence ends."""
     processors: list[Any] = []
-    if request.sampling.repetition_penalty:
+    sampling = request.sampling
+    if sampling.repetition_penalty:
         from mlx_lm.sample_utils import make_logits_processors
 
-        processors += make_logits_processors(
-            repetition_penalty=request.sampling.repetition_penalty)
+        processors += make_logits_processors(repetition_penalty=sampling.repetition_penalty)
+    if sampling.presence_penalty or sampling.frequency_penalty:
+        processors.append(openai_penalties(sampling.presence_penalty,
+                                           sampling.frequency_penalty, len(request.prompt)))
     constraint = None
     if request.grammar is not None:
         from .constraints import make_processor

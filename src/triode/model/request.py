@@ -32,6 +32,11 @@ class Sampling:
     min_p: float = 0.0
     seed: int | None = None
     repetition_penalty: float | None = None
+    # OpenAI's additive penalties over the tokens generated so far (the prompt's are not
+    # counted): a token's logit drops by presence_penalty once it has appeared and by
+    # frequency_penalty for each time it has.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @attrs.frozen

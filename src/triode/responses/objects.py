@@ -336,8 +336,9 @@ class ResponseObject(EchoedFields):
     moderation: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
-    # Foreground responses leave the key out (docs/architecture.md, "Response objects").
-    background: bool | None = omitted()
+    # Always present: false on a foreground response, true on a background job (the SDK's
+    # model and Open Responses require it; the seed omitted it, docs/conformance.md).
+    background: bool = False
 
     @classmethod
     def of(cls, response_id: str, echo: Echo, created_at: int) -> ResponseObject:

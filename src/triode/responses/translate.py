@@ -31,7 +31,8 @@ MAX_STOP_SEQUENCES = 16
 # The numeric request fields' inclusive bounds (the OpenAPI document states them too).
 RANGES: dict[str, tuple[int, int]] = {
     "temperature": (0, 2), "top_p": (0, 1), "top_logprobs": (0, 20), "top_k": (0, 100_000),
-    "min_p": (0, 1), "seed": (-(2**63), 2**63 - 1)}
+    "min_p": (0, 1), "seed": (-(2**63), 2**63 - 1),
+    "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
 REPETITION_PENALTY_MAX = 10   # and more than 0
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
@@ -205,7 +206,9 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         temperature=temperature, top_p=top_p,
         top_k=defaults.top_k if req.top_k is None else req.top_k,
         min_p=defaults.min_p if req.min_p is None else req.min_p,
-        seed=req.seed, repetition_penalty=req.repetition_penalty)
+        seed=req.seed, repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0)
     store = True if req.store is None else req.store
     text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
                    if req.text and req.text.format else {"type": "text"})
@@ -229,8 +232,8 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         tool_choice=choice.echo,
         tools=[t.echo() for t in tools],
         top_p=top_p,
-        presence_penalty=0.0,
-        frequency_penalty=0.0,
+        presence_penalty=sampling.presence_penalty,
+        frequency_penalty=sampling.frequency_penalty,
         top_logprobs=req.top_logprobs or 0,
         truncation="auto" if req.truncation == "auto" else "disabled",   # validated
         user=req.user,

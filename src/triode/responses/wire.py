@@ -232,6 +232,8 @@ class CreateResponse:
     seed: int | None = None
     stop: Union[str, list[str], None] = None
     repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
 
