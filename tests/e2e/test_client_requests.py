@@ -166,3 +166,28 @@ def test_an_unknown_previous_response_is_previous_response_not_found(server):
     assert r.status_code == 400
     assert error_of(r)["code"] == "previous_response_not_found"
     assert error_of(r)["param"] == "previous_response_id"
+
+
+def test_a_tool_output_must_answer_a_call_of_the_history(server):
+    """A function_call_output or custom_tool_call_output whose call_id matches no call in
+    the rendered history is a 400 naming `input[i].call_id` (as OpenAI answers); one that
+    answers a call of the input, or of the previous_response_id chain, is accepted."""
+    for kind in ("function_call_output", "custom_tool_call_output"):
+        r = server.http.post("/v1/responses", json={"model": MODEL, "input": [
+            {"role": "user", "content": "Reply with: a"},
+            {"type": kind, "call_id": "call_missing", "output": "x"}]})
+        assert r.status_code == 400, r.text
+        assert error_of(r)["param"] == "input[1].call_id"
+        assert "call_missing" in error_of(r)["message"]
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+            "arguments": '{"city": "Paris"}'}
+    answered = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    r = server.http.post("/v1/responses", json={"model": MODEL, "max_output_tokens": 4,
+                                                "input": [call, answered]})
+    assert r.status_code == 200, r.text
+    first = server.http.post("/v1/responses", json={"model": MODEL, "max_output_tokens": 4,
+                                                    "input": [call]}).json()
+    r = server.http.post("/v1/responses", json={
+        "model": MODEL, "max_output_tokens": 4, "previous_response_id": first["id"],
+        "input": [answered]})
+    assert r.status_code == 200, r.text

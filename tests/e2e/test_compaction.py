@@ -187,7 +187,9 @@ def test_compact_accepts_a_previous_response_id_chain(small):
     assert shape(out) == shape(by_whole.json()["output"]), "the chain is the history compacted"
     assert by_chain.json()["usage"]["input_tokens"] == by_whole.json()["usage"]["input_tokens"]
     alone = small.http.post("/v1/responses/compact", json={**body, "input": "Reply with: done"})
-    assert alone.status_code == 400, "without the chain there is nothing to compact"
+    assert alone.status_code == 200, alone.text   # without the chain: nothing to drop
+    summary, kept = decode(alone.json()["output"][-1]["encrypted_content"], "x")
+    assert summary == "" and [i["content"][0]["text"] for i in kept] == ["Reply with: done"]
     r = small.http.post("/v1/responses/compact", json={
         **body, "previous_response_id": "resp_nope", "input": "x"})
     assert r.status_code == 400 and error_of(r)["param"] == "previous_response_id"
@@ -210,14 +212,71 @@ def test_compact_refusals(small, extra, param):
 
 
 def test_compact_context_length_exceeded_cases(small):
-    too_long = history(40)
-    nothing_to_drop = [{"role": "user", "content": "Reply with: alone"}]
-    no_shorter = [*pair("a"), {"role": "user", "content": "Reply with: b"}]
-    for items, keep in ((too_long, 100), (nothing_to_drop, 100), (no_shorter, 1)):
-        r = small.http.post("/v1/responses/compact",
-                            json={"model": MODEL, "input": items, "keep_tokens": keep})
-        assert r.status_code == 400, r.text
-        assert error_of(r)["code"] == "context_length_exceeded"
+    """A history longer than one window is a 400 context_length_exceeded."""
+    r = small.http.post("/v1/responses/compact",
+                        json={"model": MODEL, "input": history(40), "keep_tokens": 100})
+    assert r.status_code == 400, r.text
+    assert error_of(r)["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("items,keep", [
+    ([{"role": "user", "content": "Reply with: alone"}], 100),      # nothing to drop
+    ([*pair("a"), {"role": "user", "content": "Reply with: b"}], 1),  # no shorter summarized
+    (pair("silver lake"), None),                                    # Open Responses' case
+])
+def test_compact_of_a_history_too_short_to_shrink_keeps_it_whole(small, items, keep):
+    """As OpenAI answers (a superset of the seed's 400: docs/conformance.md): 200, the
+    history's items kept, then one compaction item with an empty summary that stands in for
+    nothing; sent back with a new message, it renders the same history again."""
+    body = {"model": MODEL, "input": items, **({"keep_tokens": keep} if keep else {})}
+    r = small.http.post("/v1/responses/compact", json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["object"] == "response.compaction" and answer["usage"]["output_tokens"] == 0
+    output = answer["output"]
+    assert [i["type"] for i in output].count("compaction") == 1
+    assert output[-1]["type"] == "compaction"
+    summary, kept = decode(output[-1]["encrypted_content"], "x")
+    assert summary == "" and [i["role"] for i in kept] == [i["role"] for i in items]
+    assert [i["role"] for i in output[:-1]] == [i["role"] for i in items]
+    follow = [*output, {"role": "user", "content": "Reply with: next"}]
+    direct = [*items, {"role": "user", "content": "Reply with: next"}]
+    counted = [small.http.post("/v1/responses/input_tokens",
+                               json={"model": MODEL, "input": x}).json()["input_tokens"]
+               for x in (follow, direct)]
+    assert counted[0] == counted[1]
+
+
+def test_a_trailing_compaction_trigger_answers_with_exactly_one_compaction_item(small):
+    """Codex's compaction: the history before a trailing compaction_trigger becomes the
+    response's only output item, a compaction; the trigger is neither stored nor listed,
+    and the chain continues from the compaction."""
+    client = small.client()
+    for items in (history(6), pair("amber falcon")):   # one to shrink, one too short
+        done = client.responses.create(model=MODEL,
+                                       input=[*items, {"type": "compaction_trigger"}])
+        assert done.status == "completed"
+        assert [item.type for item in done.output] == ["compaction"]
+        listed = small.http.get(f"/v1/responses/{done.id}/input_items",
+                                params={"order": "asc", "limit": 100}).json()["data"]
+        assert [i["type"] for i in listed] == ["message"] * len(items)
+        after = client.responses.create(model=MODEL, previous_response_id=done.id,
+                                        input="Reply with: next")
+        assert after.status == "completed" and after.output_text == "next"
+    streamed = sse_events(small.http.post("/v1/responses", json={
+        "model": MODEL, "stream": True,
+        "input": [*history(6), {"type": "compaction_trigger"}]}).text)
+    added = [e["item"]["type"] for e in streamed if e["type"] == "response.output_item.added"]
+    assert added == ["compaction"] and streamed[-1]["type"] == "response.completed"
+
+
+def test_a_compaction_trigger_that_is_not_last_is_a_400_naming_it(small):
+    r = small.http.post("/v1/responses", json={
+        "model": MODEL, "input": [{"type": "compaction_trigger"}, *pair("a")]})
+    assert r.status_code == 400 and error_of(r)["param"] == "input[0]"
+    r = small.http.post("/v1/responses/compact", json={
+        "model": MODEL, "input": [*pair("a"), {"type": "compaction_trigger"}]})
+    assert r.status_code == 400 and error_of(r)["param"] == "input[2]"
 
 
 def test_thirty_turn_loop_with_context_management_stays_under_the_window(small):

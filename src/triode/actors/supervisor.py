@@ -72,8 +72,9 @@ class Supervisor:
     def _take(self, ready: Prepared) -> None:
         self._ready = ready
         self._plan = ready.plan
-        self._output = ready.assemble(self.builder)
-        self._stops = StopMatcher(list(ready.generation.stop))
+        if ready.generation is not None and ready.assemble is not None:
+            self._output = ready.assemble(self.builder)
+            self._stops = StopMatcher(list(ready.generation.stop))
 
     # ---- what the handle reads (same thread, read-only) ----------------------------------
 
@@ -152,6 +153,9 @@ class Supervisor:
         if ready is None:
             assert self._prepare is not None
             ready = await self._prepared(self._prepare)
+        if ready.generation is None:
+            self._compaction_only(ready)
+            return
         output = self._output
         assert output is not None
         async with self._model.generate(ready.generation) as adm:
@@ -183,9 +187,25 @@ class Supervisor:
                     return  # leaving the block releases the slot
         raise APIError("generation ended without a finish reason (engine stopped)")
 
+    def _compaction_only(self, ready: Prepared) -> None:
+        """A compaction that is the whole answer (a compaction_trigger): it ran while the
+        turn was prepared; no generation slot is taken."""
+        if not self._admitted:
+            self._report_started()
+        assert ready.compaction is not None
+        c = ready.compaction
+        self._move(Event.START)
+        self.builder.in_progress()
+        self.builder.compaction(c.item, c.before, c.after)
+        self._move(Event.COMPLETE)
+        self.builder.finish(self.status, usage(input_tokens=c.before,
+                                               output_tokens=c.usage.output_tokens))
+        self._notify()
+
     def _usage(self) -> Usage:
         ready, output = self._ready, self._output
-        return usage(input_tokens=len(ready.generation.prompt) if ready else 0,
+        prompt = ready.generation.prompt if ready and ready.generation else ()
+        return usage(input_tokens=len(prompt),
                      output_tokens=self._output_tokens, cached_tokens=self._cached_tokens,
                      reasoning_tokens=output.reasoning_tokens if output else 0)
 

@@ -104,7 +104,8 @@ def replay(items: list[Item]) -> list[Item]:
     assert isinstance(compacted, CompactionItem)
     # Its kept items were made canonical when it was taken in (items.canonical).
     summary, kept = decode(compacted.encrypted_content, "input")
-    return [*(item for item in items[:last] if is_system(item)), summary_message(summary),
+    summarized = [summary_message(summary)] if summary else []   # "": nothing was dropped
+    return [*(item for item in items[:last] if is_system(item)), *summarized,
             *items_of(kept), *items[last + 1:]]
 
 

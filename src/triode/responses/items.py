@@ -104,6 +104,9 @@ def canonical(item: wire.InputItem, param: str) -> Item:
         case wire.ItemReference():
             # The turn service replaces every reference with the item it names.
             raise InvalidRequest(f"item_reference '{item.id}' was not resolved", param=param)
+        case wire.CompactionTrigger():
+            raise InvalidRequest("a compaction_trigger is accepted only as the last input "
+                                 "item of POST /v1/responses", param=param)
     raise InvalidRequest("unsupported input item", param=param)
 
 
@@ -121,7 +124,7 @@ def _compaction(item: wire.CompactionItem, param: str) -> CompactionItem:
         except InvalidRequest as exc:
             raise InvalidRequest(f"compaction item {j} is invalid: {exc.message}",
                                  param=where) from None
-        if isinstance(parsed, (wire.CompactionItem, wire.ItemReference)):
+        if isinstance(parsed, (wire.CompactionItem, wire.ItemReference, wire.CompactionTrigger)):
             raise InvalidRequest(f"compaction item {j}: a compaction cannot keep a "
                                  f"'{parsed.type}' item", param=where)
         kept.append(canonical(parsed, where))

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import attrs
 
-from .objects import CompactionItem
+from .objects import CompactionItem, Usage
 from ..errors import ContextLengthExceeded
 from ..model.loading import ModelInfo
 from ..model.parsers import make_parser
@@ -27,16 +27,18 @@ class Compacted:
     item: CompactionItem
     before: int
     after: int
+    usage: Usage          # of the summary's generation
 
 
 @attrs.frozen
 class Prepared:
     """A turn ready to generate. `plan` is what the turn's end keeps (its items, store and
-    conversation); after a compaction its messages are the compacted ones."""
+    conversation); after a compaction its messages are the compacted ones. Without a
+    generation (and assembler) the compaction is the whole answer (a compaction_trigger)."""
 
     plan: Plan
-    generation: GenerationRequest
-    assemble: Assemble
+    generation: GenerationRequest | None
+    assemble: Assemble | None
     compaction: Compacted | None = None
 
 

@@ -16,7 +16,8 @@ from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
-from .objects import ConversationRef, Echo, Item, ReasoningEcho, TextEcho
+from .objects import (ConversationRef, CustomToolCallItem, CustomToolCallOutputItem, Echo,
+                      FunctionCallItem, FunctionCallOutputItem, Item, ReasoningEcho, TextEcho)
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
@@ -60,6 +61,7 @@ class Plan:
     history: list[Item] = attrs.Factory(list)   # every item rendered, replayed
     past: list[Item] = attrs.Factory(list)      # the earlier turns' items, as given
     compact_threshold: int | None = None   # context_management's compaction threshold
+    compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
 
@@ -150,6 +152,18 @@ def starts_in_reasoning(info: ModelInfo, prompt_text: str) -> bool:
     return info.reasoning and prompt_text.rstrip().endswith("<think>")
 
 
+def check_calls_answered(replayed: Sequence[Item], given: Sequence[Item]) -> None:
+    """Every tool output in this turn's input answers a call of the history it renders with
+    (OpenAI refuses one that does not): a 400 naming the output's `call_id`."""
+    calls = {item.call_id for item in replayed
+             if isinstance(item, (FunctionCallItem, CustomToolCallItem))}
+    for i, item in enumerate(given):
+        if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)) \
+                and item.call_id not in calls:
+            raise InvalidRequest(f"No tool call found for {item.type} with call_id "
+                                 f"'{item.call_id}'.", param=f"input[{i}].call_id")
+
+
 def compact_threshold(req: wire.CreateResponse) -> int | None:
     """`context_management: [{"type": "compaction", "compact_threshold": N}]` → N."""
     threshold = None
@@ -193,6 +207,7 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     `items`: its input already made canonical (its item references resolved), if so."""
     items = input_items(req) if items is None else items
     replayed = compaction.replay([*history, *items])
+    check_calls_answered(replayed, items)
     raw_tools, params = declared_tools(replayed, req.tools)
     tools = parse_tools(raw_tools, hosted=hosted_tools, params=params)
     choice = parse_tool_choice(req.tool_choice, tools)

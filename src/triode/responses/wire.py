@@ -149,17 +149,26 @@ class ItemReference:
     type: Literal["item_reference"] = "item_reference"
 
 
+@attrs.frozen(kw_only=True)
+class CompactionTrigger:
+    """Compacts the history before it into one compaction output item (Codex's compaction);
+    only as the last input item. Never stored or rendered."""
+
+    id: str | None = None
+    type: Literal["compaction_trigger"] = "compaction_trigger"
+
+
 ITEM_TYPES = {
     "message": Message, "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
     "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
     "compaction": CompactionItem, "item_reference": ItemReference,
-    "additional_tools": AdditionalTools,
+    "additional_tools": AdditionalTools, "compaction_trigger": CompactionTrigger,
 }
 
 InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
                   CustomToolCallOutput, ReasoningItem, CompactionItem, AdditionalTools,
-                  ItemReference]
+                  ItemReference, CompactionTrigger]
 
 
 # ---- the request ----------------------------------------------------------------------------

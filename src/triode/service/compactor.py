@@ -105,10 +105,13 @@ async def summarize(model: ModelHandle, instructions: str | None,
 async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
                   keep_tokens: int | None = None,
                   max_output_tokens: int = compaction.SUMMARY_MAX_TOKENS,
-                  submits: bool = True) -> Compaction:
+                  submits: bool = True, short_ok: bool = False) -> Compaction:
     """Compacts the transcript's history (rendered: `before` tokens); `keep_tokens`
     defaults to min(context/16, 8192). `submits`: the compacted prompt is generated from
-    next (not for /compact)."""
+    next (not for /compact). `short_ok`: a history too short to shrink (nothing to drop, or
+    a summary no shorter than what it replaces) is kept whole in a compaction item with an
+    empty summary (OpenAI's /compact and compaction_trigger); otherwise, as
+    `context_management` wants, that is a 400."""
     context = model.info.context_length
     if keep_tokens is None:
         keep_tokens = compaction.default_keep_tokens(context)
@@ -116,6 +119,8 @@ async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
     template_tools, template_kwargs = transcript.template_tools, transcript.template_kwargs
     sizes = dict(zip(map(id, items), await item_sizes(model, items)))
     system, dropped, kept = compaction.select(items, keep_tokens, lambda i: sizes[id(i)])
+    if not dropped and short_ok:
+        return await _whole(model, transcript, system, kept, before, submits)
     if not dropped:
         raise ContextLengthExceeded(
             "compaction cannot shorten this context: every turn is kept (the last user "
@@ -130,9 +135,23 @@ async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
         raise ContextLengthExceeded(
             f"the compacted input ({after} tokens) does not fit the context window "
             f"({context}) with room for output", param="input")
+    if after >= before and short_ok:
+        body = [item for item in items if not compaction.is_system(item)]   # in order
+        return await _whole(model, transcript, system, body, before, submits)
     if after >= before:
         raise ContextLengthExceeded(
             f"the summary does not shorten the context ({before} tokens before, {after} "
             "after)", param="input")
     return Compaction(compaction.compaction_item(summary, kept), system, kept, messages,
                       rendered, before, after, usage)
+
+
+async def _whole(model: ModelHandle, transcript: Transcript, system: list[Item],
+                 body: list[Item], before: int, submits: bool) -> Compaction:
+    """A history too short to shrink, kept whole: a compaction item with an empty summary
+    (replay adds no summary message for it) standing in for nothing."""
+    messages = chat_messages(transcript.instructions, [*system, *body])
+    rendered = await model.render(messages, transcript.template_tools,
+                                  transcript.template_kwargs, submits=submits)
+    return Compaction(compaction.compaction_item("", body), system, body, messages, rendered,
+                      before, len(rendered.tokens), usage_of())

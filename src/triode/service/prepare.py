@@ -31,7 +31,8 @@ from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
-from ..responses.wire import CompactRequest, CreateResponse, InputItem, ItemReference, Message
+from ..responses.wire import (CompactionTrigger, CompactRequest, CreateResponse, InputItem,
+                              ItemReference, Message)
 from . import compactor
 from .compactor import Transcript
 from .jobs import Jobs
@@ -94,9 +95,16 @@ class Preparer:
         elif req.conversation is not None:
             conversation = history.conversation_id(req.conversation)
             past = items_of(await self._conversations.get(conversation) or [])
-        items = await self._canonical_input(req.input, past)
+        given = req.input
+        trigger = not isinstance(given, str) and bool(given) \
+            and isinstance(given[-1], CompactionTrigger)
+        if trigger:   # compact what comes before it; the trigger itself is never kept
+            given = given[:-1]
+        items = await self._canonical_input(given, past)
         plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
                               hosted_tools=self._hosted_tools, items=items)
+        if trigger:
+            plan = attrs.evolve(plan, compact_now=True)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
@@ -127,6 +135,9 @@ class Preparer:
         """The turn as its supervisor takes it. With `context_management` past its
         threshold it is compacted first: now (a refusal is the create's 400), or, for a
         background job, by the job while it is queued (a refusal fails the job)."""
+        if plan.compact_now:
+            compact = functools.partial(self._compacted_only, plan, rendered)
+            return compact if background else await compact()
         if not self._needs_compaction(plan, rendered):
             return finalize(req, plan, rendered, self._model.info)
         if background:
@@ -161,7 +172,7 @@ class Preparer:
                 f"window ({context}); compact it in parts", param="input")
         result = await compactor.compact(self._model, transcript, before=len(rendered.tokens),
                                          keep_tokens=keep_tokens, max_output_tokens=max_tokens,
-                                         submits=False)
+                                         submits=False, short_ok=True)
         return CompactedHistory(id=new_id("resp"), created_at=int(time.time()),
                                 model=req.model, usage=result.usage,
                                 output=[*result.system, *result.kept, result.item])
@@ -304,5 +315,15 @@ class Preparer:
         result = await compactor.compact(self._model, Transcript.of(plan),
                                          before=len(rendered.tokens))
         compacted = attrs.evolve(plan, messages=result.messages)
-        done = Compacted(result.item, result.before, result.after)
+        done = Compacted(result.item, result.before, result.after, result.usage)
         return finalize(req, compacted, result.rendered, self._model.info, done)
+
+    async def _compacted_only(self, plan: Plan, rendered: Rendered) -> Prepared:
+        """A trailing `compaction_trigger`: the history before it becomes one compaction
+        item, the response's whole output; nothing is generated after it. A history too
+        short to shrink is kept whole in the item, as /compact does."""
+        result = await compactor.compact(self._model, Transcript.of(plan),
+                                         before=len(rendered.tokens), submits=False,
+                                         short_ok=True)
+        done = Compacted(result.item, result.before, result.after, result.usage)
+        return Prepared(plan, None, None, done)
