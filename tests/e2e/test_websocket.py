@@ -242,6 +242,141 @@ def test_codex_frames(server):
     assert output_text(first) == output_text(second) == "amber falcon"
 
 
+def error_of(ws: ClientConnection) -> dict:
+    frame = json.loads(ws.recv(timeout=60))
+    assert frame["type"] == "error", frame
+    return frame
+
+
+@pytest.mark.parametrize("refused", [
+    {"tool_choice": {"type": "function", "name": "undeclared"}},
+    {"max_output_tokens": 0},
+    {"background": True},
+    {"stream_id": "no spaces"},
+])
+def test_a_refused_continuation_evicts_what_it_continued(server, refused):
+    """Open Responses: a continuation refused with an error frame evicts the store: false
+    response it continued; continuing that id again on the socket is not found."""
+    with connect(ws_url(server)) as ws:
+        first = answer(ws, input="Reply with: amber falcon", store=False)
+        create(ws, input="Reply with: silver", previous_response_id=first["id"], store=False,
+               **refused)
+        assert error_of(ws)["status"] == 400
+        create(ws, input=RECALL, previous_response_id=first["id"], store=False)
+        gone = error_of(ws)
+        assert (gone["status"], gone["error"]["code"], gone["error"]["param"]) == (
+            400, "previous_response_not_found", "previous_response_id")
+        assert output_text(answer(ws, input="Reply with: ok", store=False)) == "ok"
+
+
+def test_a_refused_continuation_of_a_warm_up_evicts_it(server):
+    """A warm-up is evicted like any local response when a continuation of it fails."""
+    with connect(ws_url(server)) as ws:
+        create(ws, input="Reply with: amber falcon", generate=False)
+        warm = until_end(ws)[-1]["response"]
+        create(ws, input=[], previous_response_id=warm["id"], max_output_tokens=0)
+        error_of(ws)
+        create(ws, input=[], previous_response_id=warm["id"])
+        assert error_of(ws)["error"]["code"] == "previous_response_not_found"
+
+
+def test_a_refused_continuation_leaves_other_local_responses_and_stored_ones(server):
+    """Only the response a failed turn continued is evicted; a stored response stays
+    continuable from the store after a failed continuation of it."""
+    with connect(ws_url(server)) as ws:
+        kept = answer(ws, input="Reply with: zebra", store=False)
+        first = answer(ws, input="Reply with: amber falcon", store=False)
+        stored = answer(ws, input="Reply with: amber falcon")
+        for continued in (first, stored):
+            create(ws, input="x", previous_response_id=continued["id"], max_output_tokens=0)
+            error_of(ws)
+        assert output_text(answer(ws, input=RECALL, previous_response_id=kept["id"],
+                                  store=False)) == "zebra"
+        assert output_text(answer(ws, input=RECALL, previous_response_id=stored["id"],
+                                  store=False)) == "amber falcon"
+
+
+def test_error_frames_always_carry_a_code(server):
+    """Open Responses: a WebSocket error has `error.code`; one without a code of its own
+    (a 400 for a bad value) carries its type."""
+    with connect(ws_url(server)) as ws:
+        create(ws, input="hi", temperature="hot")
+        assert error_of(ws)["error"]["code"] == "invalid_request_error"
+
+
+def test_steer_is_answered_steer_failed_and_the_socket_goes_on(server, client):
+    """`response.steer` (openai's `conn.response.steer`) gets an SDK-typed
+    `response.steer.failed` (steering_not_supported) returning its input; the socket goes on."""
+    steer_input = [{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "shorter"}]}]
+    with client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input="Reply with: amber", store=False)
+        first = next(e for e in conn if e.type in TERMINAL).response
+        conn.response.steer(input=steer_input, previous_response_id=first.id)
+        failed = conn.recv()
+        assert failed.type == "response.steer.failed"
+        assert failed.error.code == "steering_not_supported"
+        assert failed.error.type == "invalid_request_error"
+        assert failed.steer.previous_response_id == first.id
+        assert failed.steer.input[0].content[0].text == "shorter" and failed.steer.id is None
+        assert failed.stream_id is None
+        conn.response.create(model=MODEL, input=RECALL, previous_response_id=first.id,
+                             store=False)
+        assert next(e for e in conn if e.type in TERMINAL).response.output_text == "amber"
+
+
+def test_steering_a_response_streaming_on_a_lane_answers_on_its_lane(server):
+    """A steer naming the response a named lane is streaming is answered with that lane's
+    stream_id, and does not disturb the response."""
+    with connect(ws_url(server)) as ws:
+        create(ws, **{k: v for k, v in HOLD.items() if k != "model"}, stream_id="left")
+        response_id = json.loads(ws.recv(timeout=60))["response"]["id"]
+        ws.send(json.dumps({"type": "response.steer", "previous_response_id": response_id,
+                            "input": "stop"}))
+        while (frame := json.loads(ws.recv(timeout=60)))["type"] != "response.steer.failed":
+            assert frame["type"] != "error", frame
+        assert frame["stream_id"] == "left" and frame["steer"]["input"] == "stop"
+        server.http.post(f"/v1/responses/{response_id}/cancel")
+        assert until_end(ws)[-1]["error"]["code"] == "response_cancelled"
+
+
+@pytest.mark.parametrize("steer, param", [
+    ({}, "previous_response_id"),
+    ({"previous_response_id": 7, "input": "x"}, "previous_response_id"),
+    ({"previous_response_id": "resp_a"}, "input"),
+    ({"previous_response_id": "resp_a", "input": []}, "input"),
+    ({"previous_response_id": "resp_a", "input": ["x"]}, "input"),
+    ({"previous_response_id": "resp_a", "input": "x", "stream_id": "left"}, "stream_id"),
+])
+def test_malformed_steer_is_an_error_frame(server, steer, param):
+    """A steer frame that is not openai's `ResponseSteerEvent` is a 400 error frame naming
+    the field; the socket stays usable."""
+    with connect(ws_url(server)) as ws:
+        ws.send(json.dumps({"type": "response.steer", **steer}))
+        error = error_of(ws)
+        assert (error["status"], error["error"]["param"]) == (400, param)
+        assert output_text(answer(ws, input="Reply with: ok")) == "ok"
+
+
+def test_prewarm_is_a_warm_up(server):
+    """`prompt_cache_options.prewarm: true` overrides `generate` (the SDK's words): a
+    warm-up, nothing generated, continuable on the socket."""
+    tokens = server.health()["generation"]["tokens"]
+    with connect(ws_url(server)) as ws:
+        create(ws, input="Reply with: amber falcon", generate=True,
+               prompt_cache_options={"prewarm": True})
+        frames = until_end(ws)
+        assert [f["type"] for f in frames] == [
+            "response.created", "response.in_progress", "response.completed"]
+        warm = frames[-1]["response"]
+        assert warm["output"] == [] and server.health()["generation"]["tokens"] == tokens
+        create(ws, input="x", prompt_cache_options={"prewarm": "yes"})
+        assert error_of(ws)["error"]["param"] == "prompt_cache_options.prewarm"
+        reply = answer(ws, input=[], previous_response_id=warm["id"],
+                       prompt_cache_options={"prewarm": False})
+    assert output_text(reply) == "amber falcon"
+
+
 def test_api_key_refuses_the_upgrade():
     """With --api-key, an upgrade without the right Bearer key is refused with a 401."""
     with run_server("--api-key", "sekrit") as srv:

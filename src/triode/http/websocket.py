@@ -14,7 +14,10 @@ socket abandons the response it is generating, as an SSE disconnect does. Each s
 one `LocalResponses` (the turn service's connection-local responses, as OpenAI's WebSocket
 mode defines them: `store: false` responses and warm-ups made on the socket can be continued
 with `previous_response_id` there) and hands it to `Turns.create` / `Turns.warm`
-(`generate: false`: a warm-up, nothing generated).
+(`generate: false`, or `prompt_cache_options.prewarm: true`: a warm-up, nothing generated).
+A continuation that fails (an error frame, or a response that ends `failed`) first evicts the
+response it continued from the socket's `LocalResponses`, as Open Responses' WebSocket mode
+requires. `response.steer` is answered with `response.steer.failed`: steering is not built.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 ENVELOPE = frozenset({"type", "stream", "stream_id", "generate"})
 # Frames a client sends that need no answer: Codex acknowledges each response it consumed.
 ACKNOWLEDGEMENTS = frozenset({"response.processed"})
+# The fields of a `response.steer` frame (openai's `ResponseSteerEvent`: "accepts only
+# `type`, `previous_response_id`, and `input`").
+STEER_FIELDS = frozenset({"type", "previous_response_id", "input"})
 
 LANE_QUEUE = 4           # creates waiting on one lane; past it the socket stops reading
 MAX_NAMED_LANES = 32     # distinct stream_ids per socket, as OpenAI's service allows
@@ -77,21 +83,26 @@ class Socket:
         self._lanes: dict[str | None, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._send_lock = trio.Lock()
         self._local = LocalResponses()
+        self._streaming: dict[str, str] = {}   # response id -> its named lane, while it streams
         self._access = access_record(websocket.scope)   # told each response's end and tokens
 
     async def serve(self) -> None:
         while True:
             message = await websocket.receive()
+            frame: dict[str, Any] = {}
             try:
                 frame = parse_frame(message)
                 kind = frame["type"]
                 if kind in ACKNOWLEDGEMENTS:
                     continue
+                if kind == "response.steer":
+                    await self._steer(frame)
+                    continue
                 if kind != "response.create":
                     raise InvalidRequest(
                         f"Unsupported frame type '{kind}': this server accepts "
-                        "'response.create' (and 'response.processed')", param="type",
-                        code="unsupported_event_type")
+                        "'response.create', 'response.steer' and 'response.processed'",
+                        param="type", code="unsupported_event_type")
                 stream_id = frame.get("stream_id")
                 if stream_id is not None and (not isinstance(stream_id, str)
                                               or not _STREAM_ID.fullmatch(stream_id)):
@@ -99,11 +110,14 @@ class Socket:
                                          "'_', '-' or '.'", param="stream_id",
                                          code="invalid_stream_id")
             except APIError as exc:
+                if frame.get("type") == "response.create":
+                    self._evict(frame)
                 await self._send_error(exc, None)
                 continue
             try:
                 lane = self._lane(stream_id)
             except APIError as exc:
+                self._evict(frame)
                 await self._send_error(exc, stream_id)
                 continue
             await lane.send(frame)  # a full lane holds the reader: backpressure
@@ -133,7 +147,15 @@ class Socket:
                     "The server had an error processing your request."), stream_id)
 
     async def _respond(self, frame: dict[str, Any], stream_id: str | None) -> None:
-        """One create: refused with an error frame, or streamed to its end."""
+        """One create: refused with an error frame, or streamed to its end. A continuation
+        refused (any error frame: 4xx or 5xx) evicts the response it continued first."""
+        try:
+            await self._create(frame, stream_id)
+        except Exception:
+            self._evict(frame)
+            raise
+
+    async def _create(self, frame: dict[str, Any], stream_id: str | None) -> None:
         body = {k: v for k, v in frame.items() if k not in ENVELOPE}
         if body.pop("background", None):
             raise InvalidRequest("background responses are not supported over a WebSocket; "
@@ -144,21 +166,40 @@ class Socket:
         elif not isinstance(generate, bool):
             raise InvalidRequest("Invalid type for 'generate': expected a boolean",
                                  param="generate")
+        if _prewarm(body):
+            generate = False   # the SDK: `prewarm: true` "overrides the `generate` field"
         req = structure({**body, "stream": True}, CreateResponse)
         if not generate:
             _, events = await self._turns.warm(req, self._local)
             await self._send_events(events, stream_id)
             return
         started = await self._turns.create(req, self._local)
+        response_id = started.handle.response_id
+        if stream_id is not None:
+            self._streaming[response_id] = stream_id
         try:
-            await self._follow(started.handle, stream_id)
+            await self._follow(started.handle, stream_id, frame)
         finally:
+            self._streaming.pop(response_id, None)
             await self._turns.abandon(started.handle)   # the socket went away: cancel
 
-    async def _follow(self, handle: SupervisorHandle, stream_id: str | None) -> None:
-        """The response's events as frames, coalesced like the SSE stream's writes."""
+    def _evict(self, frame: dict[str, Any]) -> None:
+        """A continuation failed: the response it continued leaves the socket's local
+        responses, so continuing it again here is `previous_response_not_found` (Open
+        Responses: "the server MUST evict the referenced previous_response_id from the
+        connection-local cache"). Stored responses stay continuable from the store."""
+        continued = frame.get("previous_response_id")
+        if isinstance(continued, str):
+            self._local.forget(continued)
+
+    async def _follow(self, handle: SupervisorHandle, stream_id: str | None,
+                      frame: dict[str, Any]) -> None:
+        """The response's events as frames, coalesced like the SSE stream's writes; one that
+        ends `failed` evicts what it continued before the client hears of it."""
         last = None
         async for batch in handle.follow_batches():
+            if event_type(batch[-1]) == "response.failed":
+                self._evict(frame)
             await self._send_events(batch, stream_id)
             last = event_type(batch[-1])
             if last.endswith(".delta"):
@@ -180,10 +221,66 @@ class Socket:
     async def _send_error(self, exc: APIError, stream_id: str | None) -> None:
         await self._send_events([error_frame(exc)], stream_id)
 
+    async def _steer(self, frame: dict[str, Any]) -> None:
+        """`response.steer`: steering is not built, so every well-formed one is answered
+        `response.steer.failed` (code `steering_not_supported`) with its input returned, as
+        openai's `ResponseSteerFailedEvent` defines it; the socket goes on. A malformed one
+        is a 400 error frame. The answer carries the target's lane when it is a response
+        this socket is streaming on a named lane."""
+        for name in frame:
+            if name not in STEER_FIELDS:
+                raise InvalidRequest(f"Unknown parameter: '{name}'. A response.steer frame "
+                                     "has only 'type', 'previous_response_id' and 'input'",
+                                     param=name, code="unknown_parameter")
+        target = frame.get("previous_response_id")
+        if not isinstance(target, str) or not target:
+            raise InvalidRequest("response.steer needs 'previous_response_id': the id of "
+                                 "the response to steer", param="previous_response_id")
+        steer_input = frame.get("input")
+        if not (isinstance(steer_input, str) or (
+                isinstance(steer_input, list) and steer_input
+                and all(isinstance(item, dict) for item in steer_input))):
+            raise InvalidRequest("response.steer needs 'input': a string or a non-empty "
+                                 "array of input items", param="input")
+        failed = {
+            "type": "response.steer.failed", "sequence_number": 0,
+            "steer": {"previous_response_id": target, "input": steer_input},
+            "error": {"type": "invalid_request_error", "code": "steering_not_supported",
+                      "message": "Steering is not supported by this server: send the input "
+                                 "in a response.create with previous_response_id once the "
+                                 "response has ended"}}
+        await self._send_events([failed], self._streaming.get(target))
+
+
+def _prewarm(body: dict[str, Any]) -> bool:
+    """Takes `prompt_cache_options.prewarm` out of a create body (the socket answers it: a
+    warm-up) and says whether it asks for one; the rest of `prompt_cache_options` stays the
+    body's. A `prewarm` that is not a boolean is a 400 naming it."""
+    options = body.get("prompt_cache_options")
+    if not isinstance(options, dict) or "prewarm" not in options:
+        return False
+    prewarm = options["prewarm"]
+    if not isinstance(prewarm, bool):
+        raise InvalidRequest("Invalid type for 'prompt_cache_options.prewarm': expected a "
+                             "boolean", param="prompt_cache_options.prewarm")
+    rest = {k: v for k, v in options.items() if k != "prewarm"}
+    if rest:
+        body["prompt_cache_options"] = rest
+    else:
+        del body["prompt_cache_options"]
+    return prewarm
+
 
 def error_frame(exc: APIError) -> dict[str, Any]:
-    """OpenAI's WebSocket error: the HTTP error body, nested, with its status."""
-    return {"type": "error", **exc.body(), "status": exc.status}
+    """OpenAI's WebSocket error: the HTTP error body, nested, with its status. Its
+    `error.code` is never null (Open Responses: "WebSocket failures MUST be sent as a JSON
+    `error` envelope with a `status` code and an `error.code`"): an error without a code of
+    its own carries its type (`invalid_request_error`, `server_error`)."""
+    body = exc.body()
+    error = dict(body["error"])
+    if error.get("code") is None:
+        error["code"] = error["type"]
+    return {"type": "error", **body, "error": error, "status": exc.status}
 
 
 def parse_frame(message: str | bytes | None) -> dict[str, Any]:

@@ -161,6 +161,11 @@ class LocalResponses:
         while len(self._histories) > self._limit:
             self._histories.popitem(last=False)
 
+    def forget(self, response_id: str) -> None:
+        """Evicts one (a continuation of it failed: Open Responses' WebSocket rule); an id
+        it does not hold is no error."""
+        self._histories.pop(response_id, None)
+
 
 @attrs.frozen
 class LocalKeeper:
