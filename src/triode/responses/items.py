@@ -191,7 +191,10 @@ def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[
             case ReasoningItem():
                 reasoning = reasoning_text(item)
             case MessageItem(role="assistant"):
-                assistant_turn(merge=False)["content"] = text_of(item.content)
+                turn = assistant_turn(merge=False)
+                turn["content"] = text_of(item.content)
+                if item.phase:   # for templates that know it (commentary / final_answer)
+                    turn["phase"] = item.phase
             case MessageItem():
                 messages.append({"role": item.role, "content": text_of(item.content)})
             case FunctionCallItem() | CustomToolCallItem():

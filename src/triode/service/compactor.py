@@ -154,4 +154,4 @@ async def _whole(model: ModelHandle, transcript: Transcript, system: list[Item],
     rendered = await model.render(messages, transcript.template_tools,
                                   transcript.template_kwargs, submits=submits)
     return Compaction(compaction.compaction_item("", body), system, body, messages, rendered,
-                      before, len(rendered.tokens), usage_of())
+                      before, len(rendered.tokens), usage_of(input_tokens=before))
