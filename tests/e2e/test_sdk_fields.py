@@ -72,6 +72,10 @@ def test_a_create_with_every_new_field_answers_and_echoes_them(prompted):
     assert resp.access_programs.cyber == "standard"
     assert resp.image.context_compression == "disabled"
     assert resp.moderation is None and resp.prompt is None
+    phases = [getattr(i, "phase", None) for i in
+              client.responses.input_items.list(resp.id, order="asc").data
+              if i.type == "message" and i.role == "assistant"]
+    assert phases == ["commentary", "final_answer"], "a message's phase is kept"
 
 
 def test_stream_options_are_accepted_and_no_obfuscation_is_sent(prompted):
