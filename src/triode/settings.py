@@ -67,6 +67,10 @@ class Settings:
         "ignore", "hosted tool types the local model cannot run (web_search, mcp, ...): "
         "`ignore` drops them (a warning log line and the X-Triode-Dropped-Tools response "
         "header name them), `error` answers 400", choices=("ignore", "error"))
+    prompts_dir: str | None = flag(
+        None, "directory of stored prompt templates for a request's `prompt`: "
+        "DIR/<id>/<version>.txt, `{{variable}}` filled from `prompt.variables`, rendered as "
+        "the instructions (docs/compatibility.md); unset, a `prompt` is a 400")
     blas: str = flag("auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
                      choices=("auto", "mkl", "none"))
     prompt_cache_bytes: int = flag(
@@ -159,6 +163,8 @@ class Settings:
         if self.attention_window and self.kv_bits:
             problems.append("--attention-window and --kv-bits cannot be combined (the "
                             "quantized KV cache does not rotate)")
+        if self.prompts_dir is not None and not os.path.isdir(self.prompts_dir):
+            problems.append(f"--prompts-dir must be a directory (got {self.prompts_dir!r})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:

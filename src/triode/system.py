@@ -238,7 +238,8 @@ async def _start_tree(settings: Settings, *,
         turns = Turns(model=model, registry=registry, responses=responses,
                       conversations=conversations, echo=echo, model_names=names,
                       hosted_tools=settings.hosted_tools,
-                      background_off=background_off(settings), board=board)
+                      background_off=background_off(settings), board=board,
+                      prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
         nursery.start_soon(turns.reap)
         task_status.started(Handles(
             turns=turns, model=model, registry=registry, responses=responses,

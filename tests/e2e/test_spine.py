@@ -234,15 +234,13 @@ def test_metadata_at_the_limit_is_accepted(client):
     assert client.responses.create(model=MODEL, input="Reply with: a", metadata=meta).metadata == meta
 
 
-@pytest.mark.parametrize("field,value,param", [
-    ("prompt", {"id": "pmpt_1"}, "prompt"),
-])
-def test_features_not_built_yet_are_refused_by_name(server, field, value, param):
-    """A field whose feature is not built yet is a 400 naming it, never silently ignored."""
-    r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x", field: value})
+def test_a_prompt_without_prompts_dir_is_refused_by_name(server):
+    """Stored prompts need --prompts-dir: without it a `prompt` is a 400 naming it, never
+    silently ignored."""
+    r = server.http.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                "prompt": {"id": "pmpt_1"}})
     assert r.status_code == 400
-    assert error_of(r)["param"] == param
-    assert "not supported yet" in error_of(r)["message"]
+    assert error_of(r)["param"] == "prompt" and "--prompts-dir" in error_of(r)["message"]
 
 
 def test_include_takes_openais_values_and_names_an_unknown_one(server):

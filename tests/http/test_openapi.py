@@ -167,7 +167,7 @@ def test_bodies_the_converter_refuses_fail_the_schema(body):
     ({"model": MODEL, "include": ["everything"]}, "include[0]"),
     ({"model": MODEL, "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
     ({"model": MODEL, "metadata": {"k": "v" * 513}}, "metadata.k"),
-    ({"model": MODEL, "prompt": {"id": "p"}}, "prompt"),
+    ({"model": MODEL, "max_tool_calls": -1}, "max_tool_calls"),
 ])
 def test_what_validation_refuses_the_schema_states(body, param):
     """Bounds and accepted values that validation (not the converter) enforces are in the
@@ -184,8 +184,10 @@ def test_what_validation_refuses_the_schema_states(body, param):
     ("NewItems", {}, False),
     ("CompactRequest", {"model": MODEL, "keep_tokens": 1}, True),
     ("CompactRequest", {"model": MODEL, "stream": True}, False),
-    ("CreateResponseWithModelDefaulted", {"input": "hi"}, True),
-    ("CreateResponseWithModelDefaulted", {"input": "hi", "extra": 1}, False),
+    ("InputTokensRequestWithModelDefaulted", {"input": "hi"}, True),
+    ("InputTokensRequestWithModelDefaulted", {"input": "hi", "personality": "x"}, True),
+    ("InputTokensRequestWithModelDefaulted", {"input": "hi", "extra": 1}, False),
+    ("CreateResponse", {"model": MODEL, "personality": "x"}, False),
 ])
 def test_other_bodies(name, body, ok):
     """The other request bodies are generated the same way (here: conversation items'
@@ -196,7 +198,7 @@ def test_other_bodies(name, body, ok):
 def test_input_tokens_documents_its_optional_model():
     body = DOC["paths"]["/v1/responses/input_tokens"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/CreateResponseWithModelDefaulted")
+        "/InputTokensRequestWithModelDefaulted")
 
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-1, 3),
@@ -234,7 +236,7 @@ def test_the_schema_and_the_converter_agree_on_random_bodies(replaced):
 
 
 BODIES = {"CreateResponse": wire.CreateResponse, "CompactRequest": wire.CompactRequest,
-          "CreateResponseWithModelDefaulted": wire.CreateResponse,
+          "InputTokensRequestWithModelDefaulted": wire.InputTokensRequest,
           "NewConversation": NewConversation, "ConversationUpdate": ConversationUpdate,
           "NewItems": NewItems}
 

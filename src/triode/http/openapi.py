@@ -27,7 +27,8 @@ from ..responses.objects import StreamEvent
 from ..responses.translate import (INCLUDES, MAX_STOP_SEQUENCES, METADATA_KEY_MAX,
                                    METADATA_MAX_ENTRIES, METADATA_VALUE_MAX, RANGES,
                                    REPETITION_PENALTY_MAX)
-from ..responses.wire import CompactRequest, ContextManagement, CreateResponse
+from ..responses.wire import (CompactRequest, ContextManagement, CreateResponse,
+                              InputTokensRequest)
 from .body import MAX_BODY_BYTES, json_response
 from .contract import OPERATIONS, Operation, documented
 from .routes import handles, route
@@ -67,21 +68,27 @@ def refinements() -> Refinements:
     metadata = {"maxProperties": METADATA_MAX_ENTRIES,
                 "propertyNames": {"maxLength": METADATA_KEY_MAX},
                 "additionalProperties": {"type": "string", "maxLength": METADATA_VALUE_MAX}}
-    ranges: Refinements = {(CreateResponse, name): {"minimum": lo, "maximum": hi}
-                           for name, (lo, hi) in RANGES.items()}
+    creates: Refinements = {}
+    for create in (CreateResponse, InputTokensRequest):   # input_tokens takes a create's
+        creates.update({(create, name): {"minimum": lo, "maximum": hi}
+                        for name, (lo, hi) in RANGES.items()})
+        creates.update({
+            (create, "repetition_penalty"): {"exclusiveMinimum": 0,
+                                             "maximum": REPETITION_PENALTY_MAX},
+            (create, "max_output_tokens"): {"minimum": 1},
+            (create, "max_tool_calls"): {"minimum": 0},
+            (create, "truncation"): {"enum": ["auto", "disabled", None]},
+            (create, "include"): {"items": {"type": "string", "enum": list(INCLUDES)}},
+            (create, "stop"): {"minLength": 1, "maxItems": MAX_STOP_SEQUENCES,
+                               "items": {"type": "string", "minLength": 1}},
+            (create, "metadata"): metadata,
+            (create, "prompt"): {"description": "a stored prompt template (--prompts-dir); "
+                                 "without that flag, a 400"},
+            (create, "model"): {"description": "the served model (GET /v1/models); another "
+                                "name is a 400 `model_not_found`"},
+        })
     return {
-        **ranges,
-        (CreateResponse, "repetition_penalty"): {"exclusiveMinimum": 0,
-                                                 "maximum": REPETITION_PENALTY_MAX},
-        (CreateResponse, "max_output_tokens"): {"minimum": 1},
-        (CreateResponse, "truncation"): {"enum": ["auto", "disabled", None]},
-        (CreateResponse, "include"): {"items": {"type": "string", "enum": list(INCLUDES)}},
-        (CreateResponse, "stop"): {"minLength": 1, "maxItems": MAX_STOP_SEQUENCES,
-                                   "items": {"type": "string", "minLength": 1}},
-        (CreateResponse, "metadata"): metadata,
-        (CreateResponse, "prompt"): {"const": None, "description": "not supported yet"},
-        (CreateResponse, "model"): {"description": "the served model (GET /v1/models); "
-                                    "another name is a 400 `model_not_found`"},
+        **creates,
         (ContextManagement, "compact_threshold"): {"minimum": 1, "maximum": THRESHOLD_MAX},
         (CompactRequest, "keep_tokens"): {"minimum": 1},
         (CompactRequest, "max_output_tokens"): {"minimum": 1,

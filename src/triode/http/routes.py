@@ -13,7 +13,7 @@ from ..errors import InvalidRequest, NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
 from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, event_type
-from ..responses.wire import CompactRequest, CreateResponse
+from ..responses.wire import CompactRequest, CreateResponse, InputTokensRequest
 from ..service.turns import Started
 from ..system import Handles
 from . import sse
@@ -147,7 +147,7 @@ async def answer_for(started: Started) -> Response:
 
 
 @route("/responses/input_tokens", methods=["POST"])
-@documented(Operation("Count a request's input tokens", InputTokens, body=CreateResponse,
+@documented(Operation("Count a request's input tokens", InputTokens, body=InputTokensRequest,
                       defaulted=("model",), errors=(503,)))
 async def count_input_tokens() -> Response:
     """The input's tokens exactly as `POST /v1/responses` would render them."""
@@ -155,7 +155,7 @@ async def count_input_tokens() -> Response:
     body = await json_body()
     if isinstance(body, dict) and "model" not in body:
         body = {**body, "model": h.model_names[0]}
-    count = await h.turns.count_input_tokens(structure(body, CreateResponse))
+    count = await h.turns.count_input_tokens(structure(body, InputTokensRequest))
     tokens: InputTokens = {"object": "response.input_tokens", "input_tokens": count}
     return json_response(tokens)
 

@@ -30,6 +30,7 @@ from typing import Any, Literal, NotRequired, Union
 import attrs
 
 from ..responses.convert import IMPLICIT_ITEM_TYPES, TAGGED_UNIONS
+from ..responses.wire import json_name
 
 JSON = dict[str, Any]
 Refinements = dict[tuple[type, str], JSON]
@@ -116,10 +117,10 @@ class Schemas:
         for field in attrs.fields(cls):
             prop = {**self.of(hints[field.name]), **self._refinements.get((cls, field.name), {})}
             if field.default is attrs.NOTHING or (field.name == "type" and cls in self._tagged):
-                required.append(field.name)
+                required.append(json_name(field))
             else:
                 prop["default"] = _default(field.default)
-            properties[field.name] = prop
+            properties[json_name(field)] = prop
         out: JSON = {"type": "object", "properties": properties}
         if required:
             out["required"] = required

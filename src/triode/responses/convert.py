@@ -14,7 +14,7 @@ import attrs
 import cattrs
 from cattrs.cols import list_structure_factory
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-from cattrs.gen import make_dict_structure_fn
+from cattrs.gen import make_dict_structure_fn, override
 
 from ..errors import InvalidRequest
 from . import wire
@@ -77,8 +77,11 @@ def _array(tp: Any) -> Hook:
 
 def _object(cls: type) -> Hook:
     """An attrs class takes a JSON object only, and says so (cattrs' own error would be
-    "'str' object has no attribute 'keys'")."""
-    fields: Hook = make_dict_structure_fn(cls, converter)
+    "'str' object has no attribute 'keys'"). A field with a JSON name of its own
+    (`wire.renamed`) is read under that name."""
+    renames: dict[str, Any] = {f.name: override(rename=wire.json_name(f))
+                               for f in attrs.fields(cls) if wire.json_name(f) != f.name}
+    fields: Hook = make_dict_structure_fn(cls, converter, **renames)
 
     def hook(value: Any, t: Any) -> Any:
         if not isinstance(value, dict):
@@ -88,7 +91,46 @@ def _object(cls: type) -> Hook:
     return hook
 
 
+def _is_str_dict(tp: Any) -> bool:
+    return typing.get_origin(tp) is dict and typing.get_args(tp)[:1] == (str,) \
+        and tp not in (dict[str, Any], dict[str, str])
+
+
+class _KeyNote(str):
+    """Names a mapping's key in an error's path (read as an attrs field's note is)."""
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+_FAILURES = (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError,
+             TypeError, ValueError, KeyError)
+
+
+def _mapping(tp: Any) -> Hook:
+    """`dict[str, X]` takes a JSON object only, each value an X."""
+    value_type = typing.get_args(tp)[1]
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {_json_type(value)}")
+        out, errors = {}, []
+        for key, item in value.items():
+            try:
+                out[key] = converter.structure(item, value_type)
+            except _FAILURES as exc:
+                exc.add_note(_KeyNote(key))
+                errors.append(exc)
+        if errors:
+            raise ClassValidationError("invalid values", errors, dict)
+        return out
+
+    return hook
+
+
 converter.register_structure_hook_factory(_is_list, _array)
+converter.register_structure_hook_factory(_is_str_dict, _mapping)
 converter.register_structure_hook_factory(attrs.has, _object)
 
 
@@ -141,8 +183,23 @@ def _item(value: Any, _: Any) -> wire.InputItem:
     default = None
     if isinstance(value, dict):
         default = next((tag for field, tag in IMPLICIT_ITEM_TYPES if field in value), None)
+        if "type" in value and value["type"] is None and default == "item_reference":
+            value = {k: v for k, v in value.items() if k != "type"}   # OpenAI's null type
     item: wire.InputItem = _tagged(value, wire.ITEM_TYPES, "input item", default)
     return item
+
+
+PROMPT_VARIABLE_PARTS = {"input_text": wire.InputText, "input_image": wire.InputImage,
+                         "input_file": wire.InputFile}
+
+
+def _prompt_variable(value: Any, _: Any) -> wire.PromptVariable:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a string or an object, got {_json_type(value)}")
+    part: wire.PromptVariable = _tagged(value, PROMPT_VARIABLE_PARTS, "prompt variable")
+    return part
 
 
 def _str_or_list(item_type: Any) -> Hook:
@@ -168,6 +225,7 @@ TAGGED_UNIONS: dict[Any, dict[str, type]] = {wire.ContentPart: CONTENT_PARTS,
                                              wire.InputItem: wire.ITEM_TYPES}
 _register(wire.ContentPart, _content_part)
 _register(wire.InputItem, _item)
+_register(wire.PromptVariable, _prompt_variable)
 _register(Union[str, list[wire.ContentPart]], _str_or_list(wire.ContentPart))
 _register(Union[str, list[wire.InputItem]], _str_or_list(wire.InputItem))
 _register(Union[str, dict[str, Any], None], _str_or_object)

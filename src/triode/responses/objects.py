@@ -284,6 +284,11 @@ class EchoedFields:
     prompt_cache_key: str | None
     prompt_cache_retention: str | None
     safety_identifier: str | None
+    # Echoed as given (or their effective value) when a request sets them, else null.
+    prompt: dict[str, Any] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -328,14 +333,10 @@ class ResponseObject(EchoedFields):
     output: list[OutputItem] = attrs.Factory(list)
     usage: Usage | None = None
     # Fields of the SDK's model that have no local value here (null).
-    prompt: dict[str, Any] | None = None
-    prompt_cache_options: dict[str, Any] | None = None
     prompt_cache_diagnostics: dict[str, Any] | None = None
     tool_usage: dict[str, Any] | None = None
     input_transformations: list[dict[str, Any]] | None = None
     moderation: dict[str, Any] | None = None
-    image: dict[str, Any] | None = None
-    access_programs: dict[str, Any] | None = None
     # Always present: false on a foreground response, true on a background job (the SDK's
     # model and Open Responses require it; the seed omitted it, docs/conformance.md).
     background: bool = False

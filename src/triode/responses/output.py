@@ -40,14 +40,16 @@ def decrypt_reasoning(blob: str) -> str | None:
 class OutputAssembler:
     def __init__(self, builder: ResponseBuilder, parser: Any, *,
                  resolve: Callable[[str], tuple[str, str, str | None] | None],
-                 allow_calls: bool = True, parallel: bool = True,
+                 allow_calls: bool = True, parallel: bool = True, max_calls: int | None = None,
                  encrypted_reasoning: bool = False, starts_in_reasoning: bool = False):
-        """`resolve(chat_name)` gives (kind, name, namespace) of a declared tool, or None."""
+        """`resolve(chat_name)` gives (kind, name, namespace) of a declared tool, or None.
+        `max_calls` (the request's `max_tool_calls`): the calls past it are dropped."""
         self._builder = builder
         self._parser = parser
         self._resolve = resolve
         self._allow_calls = allow_calls
-        self._parallel = parallel
+        caps = [cap for cap in (None if parallel else 1, max_calls) if cap is not None]
+        self._max_calls = min(caps, default=None)
         self._encrypted = encrypted_reasoning
         self._reasoning_open = starts_in_reasoning
         self._calls = 0
@@ -96,8 +98,10 @@ class OutputAssembler:
         return reasoned
 
     def _start(self, index: int, chat_name: str) -> None:
-        if not self._allow_calls or (not self._parallel and self.call_count >= 1):
-            self._dropped.add(index)      # tool_choice none, or parallel_tool_calls false
+        if not self._allow_calls or (self._max_calls is not None
+                                     and self.call_count >= self._max_calls):
+            # tool_choice none, parallel_tool_calls false (one call), max_tool_calls
+            self._dropped.add(index)
             return
         self.call_count += 1
         tool = self._resolve(chat_name)

@@ -80,6 +80,7 @@ def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
         return OutputAssembler(builder, parser, resolve=declared.get,
                                allow_calls=plan.choice.mode != "none",
                                parallel=plan.echo.parallel_tool_calls,
+                               max_calls=plan.echo.max_tool_calls,
                                encrypted_reasoning=plan.encrypted_reasoning,
                                starts_in_reasoning=thinking)
 

@@ -19,9 +19,10 @@ from .items import CUSTOM_INPUT, chat_tool_name
 from .objects import AdditionalToolsItem, Item
 
 HOSTED_TYPES = frozenset({
-    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "file_search",
-    "computer_use_preview", "computer_use", "code_interpreter", "image_generation", "mcp",
-    "apply_patch", "function_shell", "shell", "local_shell", "tool_search",
+    "web_search", "web_search_2025_08_26", "web_search_preview",
+    "web_search_preview_2025_03_11", "file_search", "computer", "computer_use_preview",
+    "computer_use", "code_interpreter", "image_generation", "mcp", "apply_patch",
+    "function_shell", "shell", "local_shell", "tool_search", "programmatic_tool_calling",
 })
 GRAMMAR_SYNTAXES = ("lark", "regex")
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import attrs
 
-from ..errors import InvalidRequest, ModelNotFound, NotSupportedYet
+from ..errors import InvalidRequest, ModelNotFound
 from ..model.constraints import Grammar, compile_text_format, tool_call_grammar
 from ..model.loading import ModelInfo
 from ..model.request import Sampling
@@ -38,6 +38,9 @@ REPETITION_PENALTY_MAX = 10   # and more than 0
 METADATA_MAX_ENTRIES = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
+# background_options' completion windows that OpenAI runs later, at a discount: background
+# jobs only (here every job starts as soon as a slot is free).
+DEFERRED_WINDOWS = ("2h", "8h")
 
 
 @attrs.frozen
@@ -64,10 +67,6 @@ class Plan:
     compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
-
-
-def _later(param: str, what: str) -> NotSupportedYet:
-    return NotSupportedYet(f"{what} is not supported yet by this server", param=param)
 
 
 def check_model(name: str, accepted: tuple[str, ...]) -> None:
@@ -126,6 +125,13 @@ def validate(req: wire.CreateResponse) -> None:
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise InvalidRequest("Invalid value for 'max_output_tokens': must be at least 1",
                              param="max_output_tokens")
+    if req.max_tool_calls is not None and req.max_tool_calls < 0:
+        raise InvalidRequest("Invalid value for 'max_tool_calls': must not be negative",
+                             param="max_tool_calls")
+    window = req.background_options.completion_window if req.background_options else None
+    if window in DEFERRED_WINDOWS and not req.background:
+        raise InvalidRequest(f"the '{window}' completion window needs background: true",
+                             param="background_options.completion_window")
     if req.truncation not in (None, "disabled", "auto"):
         raise InvalidRequest("Invalid value for 'truncation': expected 'auto' or 'disabled'",
                              param="truncation")
@@ -133,12 +139,9 @@ def validate(req: wire.CreateResponse) -> None:
     if req.stream and req.background:
         raise InvalidRequest("background responses cannot be streamed; "
                              "set stream or background, not both", param="stream")
-    # Features later parts of triode bring: refused by name, never silently ignored.
     if req.previous_response_id is not None and req.conversation is not None:
         raise InvalidRequest("previous_response_id and conversation cannot be used together",
                              param="previous_response_id")
-    if req.prompt is not None:
-        raise _later("prompt", "prompt")
     compact_threshold(req)
     for i, value in enumerate(req.include or []):
         if value not in INCLUDES:
@@ -200,6 +203,27 @@ def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
     return None
 
 
+def optional_echoes(req: wire.CreateResponse) -> dict[str, Any]:
+    """The echoed fields that stay null unless the request sets them: `prompt` as given,
+    the effective `prompt_cache_options` (OpenAI's defaults filled in), the effective
+    image policy (nothing here compresses image context) and an explicit access program."""
+    echoes: dict[str, Any] = {}
+    if req.prompt is not None:
+        echoes["prompt"] = attrs.asdict(req.prompt, filter=lambda a, v: v is not None)
+        echoes["prompt"].setdefault("variables", None)
+        echoes["prompt"].setdefault("version", None)
+    if req.prompt_cache_options is not None:
+        options = req.prompt_cache_options
+        echoes["prompt_cache_options"] = {
+            "mode": options.mode or "implicit", "ttl": options.ttl or "30m",
+            "comparison_response_id": options.comparison_response_id}
+    if req.image is not None:
+        echoes["image"] = {"context_compression": "disabled"}
+    if req.access_programs is not None and req.access_programs.cyber is not None:
+        echoes["access_programs"] = {"cyber": req.access_programs.cyber}
+    return echoes
+
+
 def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[Item] = (), conversation: str | None = None, *,
          hosted_tools: str = "ignore", items: list[Item] | None = None) -> Plan:
@@ -254,8 +278,9 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         user=req.user,
         service_tier=req.service_tier or "default",
         prompt_cache_key=req.prompt_cache_key,
-        prompt_cache_retention=None,
+        prompt_cache_retention=req.prompt_cache_retention,
         safety_identifier=req.safety_identifier,
+        **optional_echoes(req),
     )
     return Plan(items=items, messages=messages, sampling=sampling,
                 max_output_tokens=req.max_output_tokens, echo=echo, stream=bool(req.stream),

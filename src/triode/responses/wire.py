@@ -11,12 +11,35 @@ from typing import Any, Literal, Union
 
 import attrs
 
+# A field whose JSON name is not a Python identifier (`async`) is declared under another
+# name and marks its JSON name here; the converter and the JSON Schema use the JSON name.
+JSON_NAME = "json_name"
+
+
+def renamed(json_name: str, default: Any = None) -> Any:
+    return attrs.field(default=default, metadata={JSON_NAME: json_name})
+
+
+def json_name(field: attrs.Attribute[Any]) -> str:
+    name: str = field.metadata.get(JSON_NAME, field.name)
+    return name
+
 
 # ---- content parts --------------------------------------------------------------------------
 
 @attrs.frozen(kw_only=True)
+class PromptCacheBreakpoint:
+    """An explicit prompt-cache breakpoint on a content part (OpenAI's; no effect here:
+    docs/compatibility.md)."""
+
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class InputText:
     text: str
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
     type: Literal["input_text"] = "input_text"
 
 
@@ -39,6 +62,7 @@ class InputImage:
     detail: str | None = None
     image_url: str | None = None
     file_id: str | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
     type: Literal["input_image"] = "input_image"
 
 
@@ -48,6 +72,8 @@ class InputFile:
     file_data: str | None = None
     file_url: str | None = None
     filename: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
     type: Literal["input_file"] = "input_file"
 
 
@@ -60,9 +86,20 @@ ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile]
 class Message:
     role: Literal["user", "system", "developer", "assistant"]
     content: Union[str, list[ContentPart]]
+    # An assistant message's place in its turn (gpt-5.3-codex and later send it back).
+    phase: Literal["commentary", "final_answer"] | None = None
     id: str | None = None
     status: str | None = None
     type: Literal["message"] = "message"
+
+
+@attrs.frozen(kw_only=True)
+class Caller:
+    """Who made a tool call: the model (`direct`) or a program it ran (`program`, OpenAI's
+    programmatic tool calling). Accepted on replayed calls and outputs; no effect here."""
+
+    type: Literal["direct", "program"]
+    caller_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +108,8 @@ class FunctionCall:
     name: str
     arguments: str
     namespace: str | None = None
+    caller: Caller | None = None
+    async_: bool | None = renamed("async")
     id: str | None = None
     status: str | None = None
     type: Literal["function_call"] = "function_call"
@@ -80,6 +119,10 @@ class FunctionCall:
 class FunctionCallOutput:
     call_id: str
     output: Union[str, list[ContentPart]]
+    # The call's name and namespace, which OpenAI lets an output repeat: the call_id decides.
+    name: str | None = None
+    namespace: str | None = None
+    caller: Caller | None = None
     id: str | None = None
     status: str | None = None
     type: Literal["function_call_output"] = "function_call_output"
@@ -91,6 +134,8 @@ class CustomToolCall:
     name: str
     input: str
     namespace: str | None = None
+    caller: Caller | None = None
+    async_: bool | None = renamed("async")
     id: str | None = None
     status: str | None = None
     type: Literal["custom_tool_call"] = "custom_tool_call"
@@ -100,6 +145,7 @@ class CustomToolCall:
 class CustomToolCallOutput:
     call_id: str
     output: Union[str, list[ContentPart]]
+    caller: Caller | None = None
     id: str | None = None
     status: str | None = None
     type: Literal["custom_tool_call_output"] = "custom_tool_call_output"
@@ -195,12 +241,81 @@ class Reasoning:
     generate_summary: str | None = None
     # Which turns' reasoning the model sees (Codex sends it): auto | current_turn | all_turns.
     context: str | None = None
+    # OpenAI's execution mode (standard | pro): one mode here.
+    mode: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class ContextManagement:
     type: Literal["compaction"]
     compact_threshold: int
+
+
+@attrs.frozen(kw_only=True)
+class StreamOptions:
+    include_obfuscation: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PromptCacheOptions:
+    comparison_response_id: str | None = None
+    mode: Literal["implicit", "explicit"] | None = None
+    prewarm: bool | None = None
+    ttl: Literal["30m", "12h"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CompactPromptCacheOptions:
+    """`prompt_cache_options` as `/v1/responses/compact` takes it (OpenAI's narrower shape)."""
+
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AccessPrograms:
+    cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BackgroundOptions:
+    completion_window: Literal["soonest", "2h", "8h"] | None = None
+    continuation_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ImageOptions:
+    context_compression: Literal["auto", "enabled", "disabled"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModerationMode:
+    mode: Literal["score", "block"]
+
+
+@attrs.frozen(kw_only=True)
+class ModerationPolicy:
+    input: ModerationMode | None = None
+    output: ModerationMode | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModerationOptions:
+    model: str
+    policy: ModerationPolicy | None = None
+
+
+# A stored prompt's variable: a string, or an input content part.
+PromptVariable = Union[str, InputText, InputImage, InputFile]
+
+
+@attrs.frozen(kw_only=True)
+class Prompt:
+    """A stored prompt template (`--prompts-dir`) and the values of its variables."""
+
+    id: str
+    version: str | None = None
+    variables: dict[str, PromptVariable] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -218,8 +333,9 @@ class CreateResponse:
     context_management: list[ContextManagement] | None = None
     store: bool | None = None
     stream: bool | None = None
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     background: bool | None = None
+    background_options: BackgroundOptions | None = None
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
     temperature: float | None = None
@@ -231,10 +347,17 @@ class CreateResponse:
     user: str | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
     safety_identifier: str | None = None
+    prompt: Prompt | None = None
+    # Accepted and echoed where the response has a field for them; no local effect
+    # (docs/compatibility.md).
+    moderation: ModerationOptions | None = None
+    access_programs: AccessPrograms | None = None
+    image: ImageOptions | None = None
     # Codex's per-turn ids (thread, turn, window...): accepted, and of no effect here.
     client_metadata: dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
     # Extra body fields (not OpenAI's): sampling controls and chat-template arguments.
     top_k: int | None = None
     min_p: float | None = None
@@ -272,5 +395,17 @@ class CompactRequest:
     stream: bool | None = None
     metadata: dict[str, str] | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: CompactPromptCacheOptions | None = None
+    image: ImageOptions | None = None
     service_tier: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InputTokensRequest(CreateResponse):
+    """`POST /v1/responses/input_tokens`: a create's fields (counted as create renders
+    them), plus the one field only this endpoint defines."""
+
+    # A model-owned style preset (OpenAI's); there are none here, so it changes no token.
+    personality: str | None = None

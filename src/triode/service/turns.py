@@ -16,6 +16,7 @@ background job through `Jobs`) whose keeper is the `ResponseKeeper`.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -34,6 +35,7 @@ from ..responses.wire import CompactRequest, CreateResponse
 from .jobs import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
 from .prepare import Preparer
+from .prompts import PromptTemplates
 
 __all__ = ["LocalResponses", "Started", "Turns"]
 
@@ -55,10 +57,12 @@ class Turns:
                  responses: ResponseStoreHandle, conversations: ConversationStoreHandle,
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
                  hosted_tools: str = "ignore", background_off: str | None = None,
-                 board: JobBoardHandle | None = None):
+                 board: JobBoardHandle | None = None, prompts_dir: Path | None = None):
         """`background_off`: why background mode is off (one of its budgets is 0), if so.
-        `board`: the job board of a shared store (background jobs across processes)."""
+        `board`: the job board of a shared store (background jobs across processes).
+        `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any."""
         self._model = model
+        self._prompts = PromptTemplates(prompts_dir)
         self._registry = registry
         self.model_names = model_names
         self._jobs = Jobs(registry=registry, responses=responses, board=board,
@@ -74,6 +78,7 @@ class Turns:
         """Starts a response (a background job: accepts it). `local`: the connection's own
         responses (a WebSocket's), which `previous_response_id` may name and which a
         `store: false` response made here joins."""
+        req = await self._prompted(req)
         background = bool(req.background)
         if background and self._jobs.background_off is not None:
             self._preparer.check_model(req.model)
@@ -104,17 +109,25 @@ class Turns:
         as `create` would, answered with a completed response without output (usage counts
         its input) that a later create on the same connection may name as
         `previous_response_id`. Nothing is generated or stored. Returns (id, events)."""
-        return await self._preparer.warm(req, local)
+        return await self._preparer.warm(await self._prompted(req), local)
 
     async def prepare(self, req: CreateResponse, *, submits: bool = True,
                       local: LocalResponses | None = None) -> tuple[Plan, Rendered]:
         """Validates a create (or input_tokens) request and renders its input as generation
         would see it (see `Preparer.prepare`)."""
-        return await self._preparer.prepare(req, submits=submits, local=local)
+        return await self._preparer.prepare(await self._prompted(req), submits=submits,
+                                            local=local)
 
     async def count_input_tokens(self, req: CreateResponse) -> int:
         """The input's tokens exactly as `create` would render them."""
-        return await self._preparer.count_input_tokens(req)
+        return await self._preparer.count_input_tokens(await self._prompted(req))
+
+    async def _prompted(self, req: CreateResponse) -> CreateResponse:
+        """`req` with its stored prompt rendered into its instructions (a wrong model is
+        still refused first)."""
+        if req.prompt is not None:
+            self._preparer.check_model(req.model)
+        return await self._prompts.apply(req)
 
     async def compact(self, req: CompactRequest) -> CompactedHistory:
         """Summarizes a history into kept items plus one compaction item; stores nothing."""
