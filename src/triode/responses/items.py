@@ -62,7 +62,7 @@ def _message(item: wire.Message, param: str) -> MessageItem:
         content = [_part(p, f"{param}.content[{j}]") for j, p in enumerate(item.content)]
     return MessageItem(role=item.role, content=content, id=item.id or new_id("msg"),
                        status=item.status or "completed",
-                       phase=getattr(item, "phase", None))
+                       phase=item.phase)
 
 
 def canonical(item: wire.InputItem, param: str) -> Item:
