@@ -416,4 +416,4 @@ def test_detect_format(template, format_name):
 def test_unknown_format_is_refused():
     """Asking for a format that does not exist is an error that names the known ones."""
     with pytest.raises(ValueError, match="hermes"):
-        make_parser("pythonic", reasoning=False, starts_in_reasoning=False)
+        make_parser("no_such_format", reasoning=False, starts_in_reasoning=False)

@@ -1,14 +1,21 @@
 """Streaming parsers that turn an assistant turn's text into reasoning, text and tool calls.
 
-    parser = make_parser(detect_format(chat_template), reasoning=..., starts_in_reasoning=...)
+    parser = make_parser(detect_format(chat_template), reasoning=..., starts_in_reasoning=...,
+                         tools=template_tools)
     for chunk in decoded_steps:
         events = parser.feed(chunk)
     events = parser.finish()
 
-See `base` for the events and the rule for unfinished or malformed calls.
+Formats are mlx-lm's (`mlx_lm.tool_parsers`, chosen as mlx-lm chooses them: `detect_format`).
+Four have parsers of their own here that stream a call's arguments while they are generated:
+`hermes` (mlx-lm's `json_tools`), `mistral`, `llama3` (which mlx-lm does not infer) and
+`qwen3_coder`. Every other mlx-lm format is parsed by mlx-lm's own parser and its calls come
+out whole (`whole`). See `base` for the events and the rule for unfinished or malformed calls.
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
 
 from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone, TextDelta,
                                        ToolCallDelta, ToolCallDone, ToolCallStart, ToolParser)
@@ -17,36 +24,89 @@ from triode.model.parsers.llama3 import Llama3Parser
 from triode.model.parsers.mistral import MistralParser
 from triode.model.parsers.plain import PlainTextParser
 from triode.model.parsers.qwen3_coder import Qwen3CoderParser
-from triode.model.parsers.reasoning import ReasoningParser
+from triode.model.parsers.reasoning import THINK, ReasoningParser
+from triode.model.parsers.whole import WholeCallParser, mlx_format_names
 
 __all__ = [
-    "FORMATS", "ParseEvent", "ReasoningDelta", "ReasoningDone", "ReasoningParser", "TextDelta",
-    "ToolCallDelta", "ToolCallDone", "ToolCallStart", "detect_format", "make_parser",
+    "STREAMED", "ParseEvent", "ReasoningDelta", "ReasoningDone", "ReasoningParser", "TextDelta",
+    "ToolCallDelta", "ToolCallDone", "ToolCallStart", "canonical_format", "detect_format",
+    "format_names", "make_parser",
 ]
 
-FORMATS: dict[str, type[ToolParser]] = {
-    "hermes": HermesParser,
-    "mistral": MistralParser,
-    "llama3": Llama3Parser,
+Tools = Sequence[Mapping[str, Any]] | None
+
+# The formats whose arguments stream, by triode's name for them.
+STREAMED: dict[str, Callable[[Tools], ToolParser]] = {
+    "hermes": lambda tools: HermesParser(),
+    "mistral": lambda tools: MistralParser(),
+    "llama3": lambda tools: Llama3Parser(),
     "qwen3_coder": Qwen3CoderParser,
-    "none": PlainTextParser,
 }
+# mlx-lm's names for formats triode calls otherwise.
+ALIASES = {"json_tools": "hermes"}
+NONE = "none"
 
 
-def make_parser(format_name: str, *, reasoning: bool, starts_in_reasoning: bool
-                ) -> ReasoningParser:
-    """A parser for one assistant turn in the tool-call format `format_name`."""
-    try:
-        tool_parser = FORMATS[format_name]
-    except KeyError:
-        raise ValueError(f"unknown tool-call format {format_name!r}; "
-                         f"known: {', '.join(FORMATS)}") from None
-    return ReasoningParser(tool_parser(), reasoning=reasoning,
-                           starts_in_reasoning=starts_in_reasoning)
+def format_names() -> tuple[str, ...]:
+    """Every format `--tool-format` accepts: triode's streamed ones, each other format the
+    installed mlx-lm has, and `none` (mlx-lm's `json_tools` is accepted as `hermes`)."""
+    return (*STREAMED, *(n for n in mlx_format_names() if n not in STREAMED and n not in ALIASES),
+            NONE)
 
 
-def detect_format(chat_template: str | None) -> str:
-    """The tool-call format a chat template renders, from the markers it contains."""
+def canonical_format(name: str) -> str:
+    """The name triode uses for a format named by mlx-lm or on the command line; a
+    ValueError naming the known ones for anything else."""
+    name = ALIASES.get(name, name)
+    if name in STREAMED or name == NONE or name in mlx_format_names():
+        return name
+    raise ValueError(f"unknown tool-call format {name!r}; known: {', '.join(format_names())}")
+
+
+def make_parser(format_name: str, *, reasoning: bool, starts_in_reasoning: bool,
+                tools: Tools = None, think: tuple[str, str] = THINK) -> ReasoningParser:
+    """A parser for one assistant turn in the tool-call format `format_name`. `tools`: the
+    request's tools as the chat template gets them (some formats type arguments by their
+    schemas); `think`: the model's reasoning markers."""
+    name = canonical_format(format_name)
+    tool_parser: ToolParser
+    if name in STREAMED:
+        tool_parser = STREAMED[name](tools)
+    elif name == NONE:
+        tool_parser = PlainTextParser()
+    else:
+        tool_parser = WholeCallParser(name, tools)
+    return ReasoningParser(tool_parser, reasoning=reasoning,
+                           starts_in_reasoning=starts_in_reasoning, think=think)
+
+
+class _TokenizerView:
+    """What mlx-lm's inference reads of a tokenizer: its template and its vocabulary."""
+
+    def __init__(self, chat_template: str | None, vocab: Mapping[str, int]):
+        self.chat_template = chat_template
+        self._vocab = vocab
+
+    def get_vocab(self) -> Mapping[str, int]:
+        return self._vocab
+
+
+def detect_format(chat_template: str | None, vocab: Mapping[str, int] | None = None, *,
+                  configured: str | None = None) -> str:
+    """The tool-call format of a model, decided as mlx-lm decides it: the tokenizer config's
+    `tool_parser_type` (`configured`), else mlx-lm's inference from the chat template and then
+    the vocabulary (`mlx_lm.tokenizer_utils._infer_tool_parser`, in its order: a GLM template
+    contains `<tool_call>` too, and is glm47, not Hermes). Where mlx-lm infers nothing, the
+    markers of triode's own formats: `<tool_call>` (Hermes, or Qwen3-Coder with `<function=`)
+    and Llama 3's headers."""
+    if configured:
+        return canonical_format(configured)
+    from mlx_lm.tokenizer_utils import _infer_tool_parser
+
+    infer: Callable[[Any], str | None] = _infer_tool_parser
+    inferred = infer(_TokenizerView(chat_template, vocab or {}))
+    if inferred is not None:
+        return canonical_format(inferred)
     template = chat_template or ""
     if "<tool_call>" in template:
         return "qwen3_coder" if "<function=" in template else "hermes"
@@ -54,4 +114,4 @@ def detect_format(chat_template: str | None) -> str:
         return "mistral"
     if "<|python_tag|>" in template or "<|start_header_id|>" in template:
         return "llama3"
-    return "none"
+    return NONE

@@ -8,15 +8,19 @@
     </function>
     </tool_call>
 
+A call the model starts without its `<tool_call>` opener (a bare `<function=...>`, as
+Qwen3-Coder models sometimes write) is still a call: `<function=` cannot be anything else.
+
 Parameter values are text; one that reads as a JSON number, boolean, null, array or object
-is taken as that value. The arguments stream as JSON built here, a member at a time (the key
+is taken as that value, unless the tool's schema types the parameter as a string (as
+mlx-lm's parser does), which keeps `007` a string. The arguments stream as JSON built here, a member at a time (the key
 when its parameter opens, the value when it closes), and the deltas concatenate to exactly
 the final arguments.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from triode.model.parsers.base import (WAIT, ToolParser, canonical_json, first_marker,
                                        held_marker_length, loads)
@@ -32,9 +36,12 @@ VALUE_ENDS = (PARAMETER_CLOSE, PARAMETER_OPEN, FUNCTION_CLOSE)
 LONGEST_VALUE_END = max(len(end) for end in VALUE_ENDS)
 
 
-def parameter_value(text: str) -> Any:
-    """The value of a parameter's text (the template puts it between newlines)."""
+def parameter_value(text: str, string: bool = False) -> Any:
+    """The value of a parameter's text (the template puts it between newlines); `string`:
+    the schema says it is a string, so it is taken as written."""
     text = text.removeprefix("\n").removesuffix("\n")
+    if string:
+        return text
     try:
         value = loads(text)
     except ValueError:
@@ -42,13 +49,38 @@ def parameter_value(text: str) -> Any:
     return text if isinstance(value, str) else value
 
 
+def is_text(schema: Any) -> bool:
+    """A parameter whose value is taken as written: its schema's type is `string` (or a list
+    of types with `string` in it)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
+def string_parameters(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, set[str]]:
+    """Tool name → the parameters whose values are text (`is_text`); tools as the chat
+    template gets them: `{"type": "function", "function": {"name", "parameters"}}`."""
+    out: dict[str, set[str]] = {}
+    for tool in tools or ():
+        function = tool.get("function", tool)
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        out[str(function.get("name"))] = {key for key, schema in properties.items()
+                                          if is_text(schema)}
+    return out
+
+
 class Qwen3CoderParser(ToolParser):
-    markers = (CALL_START, CALL_END)
+    markers = (CALL_START, CALL_END, FUNCTION_OPEN)
     block_end = CALL_END
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        super().__init__()
+        self._strings = string_parameters(tools)
 
     def _on_marker(self, marker: str) -> None:
         if marker == CALL_START:
             self._step = self._block_open_step
+        elif marker == FUNCTION_OPEN:
+            self._step = self._name_step   # a call without its <tool_call> opener
         else:
             self._back_to_text()  # a stray closer is markup all the same
 
@@ -129,7 +161,8 @@ class Qwen3CoderParser(ToolParser):
             self._value_scanned = len(self._buffer)
             return False
         if self._keep_parameter:
-            value = parameter_value(value)
+            value = parameter_value(
+                value, self._parameter in self._strings.get(self._open_name, ()))
             self._arguments[self._parameter] = value
             self._stream_arguments(canonical_json(value))
         self._step = self._parameters_step

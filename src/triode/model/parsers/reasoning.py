@@ -1,7 +1,8 @@
 """The reasoning block in front of the reply, split off before the tool parser sees the text.
 
 With `reasoning` on, output that opens with `<think>` (after optional whitespace) is
-reasoning until `</think>`; with `starts_in_reasoning` the rendered prompt already ended
+reasoning until `</think>` (or the model's own pair of markers, `think`: mlx-lm's
+`think_start` / `think_end`, e.g. Gemma 4's `<|channel>thought` ... `<channel|>`); with `starts_in_reasoning` the rendered prompt already ended
 inside `<think>\\n`, so the output is reasoning from its first token. Reasoning text is
 stripped of the whitespace the template puts around it, in the deltas as in the final text,
 and the whitespace after `</think>` separates it from the reply: it is not message text.
@@ -14,13 +15,16 @@ from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone
 
 THINK_START = "<think>"
 THINK_END = "</think>"
+THINK = (THINK_START, THINK_END)
 
 
 class ReasoningParser(StepMachine):
     """A whole assistant turn: reasoning first, then whatever `tools` makes of the rest."""
 
-    def __init__(self, tools: ToolParser, *, reasoning: bool, starts_in_reasoning: bool) -> None:
+    def __init__(self, tools: ToolParser, *, reasoning: bool, starts_in_reasoning: bool,
+                 think: tuple[str, str] = THINK) -> None:
         self._tools = tools
+        self._think_start, self._think_end = think
         self._buffer = ""
         self._events: list[ParseEvent] = []
         self._reasoning: list[str] = []
@@ -38,27 +42,28 @@ class ReasoningParser(StepMachine):
         """A leading `<think>` opens the reasoning; in a block the prompt already opened, a
         model may still write it again, and then it is markup all the same."""
         body = self._buffer.lstrip()
-        if body.startswith(THINK_START):
-            self._buffer = body[len(THINK_START):]
+        if body.startswith(self._think_start):
+            self._buffer = body[len(self._think_start):]
             self._step = self._reasoning_step
             return True
-        if THINK_START.startswith(body) and not final:
+        if self._think_start.startswith(body) and not final:
             return False
         self._step = self._reasoning_step if self._starts_in_reasoning else self._reply_step
         return True
 
     def _reasoning_step(self, final: bool) -> bool:
         buffer = self._buffer if self._reasoning else self._buffer.lstrip()
-        end = buffer.find(THINK_END)
+        end = buffer.find(self._think_end)
         if end < 0 and not final:
             # Trailing whitespace waits: it is reasoning only if more reasoning follows.
-            ready = buffer[:len(buffer) - held_marker_length(buffer, (THINK_END,))].rstrip()
+            held = held_marker_length(buffer, (self._think_end,))
+            ready = buffer[:len(buffer) - held].rstrip()
             self._reason(ready)
             self._buffer = buffer[len(ready):]
             return False
         closed = end >= 0
         self._reason((buffer[:end] if closed else buffer).rstrip())
-        self._buffer = buffer[end + len(THINK_END):] if closed else ""
+        self._buffer = buffer[end + len(self._think_end):] if closed else ""
         if self._reasoning:
             self._events.append(ReasoningDone("".join(self._reasoning)))
         self._step = self._separator_step
