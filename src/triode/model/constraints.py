@@ -29,11 +29,9 @@ import llguidance
 import numpy as np
 
 from ..errors import InvalidRequest
+from .call_grammars import FORCED, forced_calls, json_block
 
 log = logging.getLogger(__name__)
-
-# llguidance's JSON options, put under the schema's top-level "x-guidance" key.
-JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 # Hermes tool-call markers and the reasoning block, as the bundled chat template renders them.
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -75,16 +73,19 @@ class Grammar:
 
 # ---- text.format ----------------------------------------------------------------------------
 
-def compile_text_format(fmt: Mapping[str, Any], *, in_reasoning: bool = False) -> Grammar | None:
-    """The grammar for a `text.format` object; None for plain `text`.
+def compile_text_format(fmt: Mapping[str, Any], *, in_reasoning: bool = False,
+                        think_close: str = THINK_CLOSE) -> Grammar | None:
+    """The grammar for a `text.format` object; None for plain `text`. The JSON is the
+    reply's text in every tool-call format.
 
-    `in_reasoning`: the prompt already opened `<think>`; reasoning runs until `</think>`,
-    then the JSON. Otherwise the JSON starts at the first token."""
+    `in_reasoning`: the prompt already opened `<think>`; reasoning runs until `</think>`
+    (`think_close`: the model's own closing marker), then the JSON. Otherwise the JSON starts
+    at the first token."""
     kind = fmt.get("type", "text")
     if kind == "text":
         return None
     if kind == "json_object":
-        return _json_grammar(_canonical({"type": "object"}), in_reasoning)
+        return _json_grammar(_canonical({"type": "object"}), in_reasoning, think_close)
     if kind != "json_schema":
         raise InvalidSchema(f"Invalid value for 'text.format.type': {kind!r}; expected one of "
                             "'text', 'json_schema', 'json_object'", param="text.format.type")
@@ -99,7 +100,7 @@ def compile_text_format(fmt: Mapping[str, Any], *, in_reasoning: bool = False) -
     if fmt.get("strict") is True:
         check_strict_schema(schema, what=f"response_format '{name}'")
     try:
-        return _json_grammar(_canonical(schema), in_reasoning)
+        return _json_grammar(_canonical(schema), in_reasoning, think_close)
     except ValueError as e:
         raise InvalidSchema(f"Invalid schema for response_format '{name}': {e}") from None
 
@@ -161,17 +162,13 @@ def _canonical(schema: Any) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _json_grammar(canonical_schema: str, in_reasoning: bool) -> Grammar:
+def _json_grammar(canonical_schema: str, in_reasoning: bool,
+                  think_close: str = THINK_CLOSE) -> Grammar:
     """Raises ValueError with llguidance's explanation when the schema can't be compiled."""
     body = f"start: {_THINK_PREFIX if in_reasoning else ''}json_body\n"
-    body += f"json_body: {_json_block(json.loads(canonical_schema))}\n"
+    body += f"json_body: {json_block(json.loads(canonical_schema))}\n"
     return _checked(Grammar(body + (_THINK_RULE if in_reasoning else ""),
-                            _THINK_MARKERS if in_reasoning else ()))
-
-
-def _json_block(schema: dict[str, Any]) -> str:
-    """A `%json` block (llguidance's inline JSON schema) in our layout."""
-    return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
+                            _think_markers(think_close) if in_reasoning else ()))
 
 
 _THINK_PREFIX = "think "
@@ -179,7 +176,10 @@ _THINK_PREFIX = "think "
 # text up to the first `</think>`, then the constrained part. The reasoning text cannot
 # contain the closing marker when that is a special token, so the first `</think>` ends it.
 _THINK_RULE = 'think: /(.|\\n)*/ m_think_close "\\n\\n"\n'
-_THINK_MARKERS = (("m_think_close", THINK_CLOSE),)
+
+
+def _think_markers(think_close: str) -> tuple[tuple[str, str], ...]:
+    return (("m_think_close", think_close),)
 
 
 # ---- tool calls -----------------------------------------------------------------------------
@@ -204,14 +204,23 @@ def tool_name(tool: Mapping[str, Any]) -> str:
     return str(tool.get("function", tool).get("name", ""))
 
 
+FORCED_FORMATS = ("hermes", *FORCED)
+
+
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
-                      parallel: bool = True, in_reasoning: bool = False) -> Grammar:
-    """Forced Hermes tool calls: only `<tool_call>\\n{"name": ..., "arguments": ...}\\n
-    </tool_call>` blocks (joined by a newline), then the end of the turn.
+                      parallel: bool = True, in_reasoning: bool = False,
+                      tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Grammar:
+    """Forced tool calls in `tool_format`'s syntax, then the end of the turn. Hermes (the
+    bundled model's): only `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`
+    blocks, joined by a newline; the others: `call_grammars`.
 
     `mode` is "required" (any of `tools`) or the name of the one tool to call. `parallel`
     allows several calls; without it there is exactly one. `tools` are as rendered to the
     model; an error's `param` is `tools[i]...` by position in this list."""
+    if tool_format not in FORCED_FORMATS:
+        raise InvalidRequest(f"this model's tool-call format ({tool_format}) cannot be forced; "
+                             "start triode with --tool-format to name its format",
+                             param="tool_choice")
     names = [tool_name(t) for t in tools]
     if mode == "required":
         chosen = list(range(len(tools)))
@@ -228,7 +237,7 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
             raise InvalidRequest("every tool needs a non-empty 'name'", param=f"tools[{i}].name")
     calls = tuple((names[i], _canonical(tool_arguments_schema(tools[i]))) for i in chosen)
     try:
-        return _tool_grammar(calls, parallel, in_reasoning)
+        return _tool_grammar(calls, parallel, in_reasoning, tool_format, think_close)
     except _ToolSchemaError as e:
         i = chosen[e.index]
         param = "format" if tools[i].get("type") == "custom" else "parameters"
@@ -243,13 +252,18 @@ class _ToolSchemaError(ValueError):
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
-                  in_reasoning: bool) -> Grammar:
+def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool, in_reasoning: bool,
+                  tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Grammar:
     for i, (_, schema) in enumerate(calls):
         try:  # checked one by one so an error names its tool
             _json_grammar(schema, False)
         except ValueError as e:
             raise _ToolSchemaError(i, str(e)) from None
+    if tool_format != "hermes":
+        try:   # a schema the format's own syntax cannot express is the request's error
+            return _formatted_grammar(calls, parallel, in_reasoning, tool_format, think_close)
+        except ValueError as e:
+            raise _ToolSchemaError(_failing_call(tool_format, calls), str(e)) from None
     rules = [
         f"start: {_THINK_PREFIX if in_reasoning else ''}"
         + ('call ("\\n" call)*' if parallel else "call"),
@@ -259,13 +273,34 @@ def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool,
     for i, (name, schema) in enumerate(calls):
         head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
         rules.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
-        rules.append(f"args_{i}: {_json_block(json.loads(schema))}")
+        rules.append(f"args_{i}: {json_block(json.loads(schema))}")
     markers: tuple[tuple[str, str], ...] = (("m_call_open", TOOL_CALL_OPEN),
                                             ("m_call_close", TOOL_CALL_CLOSE))
     if in_reasoning:
         rules.append(_THINK_RULE)
-        markers += _THINK_MARKERS
+        markers += _think_markers(think_close)
     return _checked(Grammar("\n".join(rules) + "\n", markers))
+
+
+def _formatted_grammar(calls: tuple[tuple[str, str], ...], parallel: bool, in_reasoning: bool,
+                       tool_format: str, think_close: str) -> Grammar:
+    expression, lines, markers = forced_calls(tool_format, calls, parallel)
+    lines = [f"start: {_THINK_PREFIX if in_reasoning else ''}{expression}", *lines]
+    if in_reasoning:
+        lines.append(_THINK_RULE)
+        markers += _think_markers(think_close)
+    return _checked(Grammar("\n".join(lines) + "\n", markers))
+
+
+def _failing_call(tool_format: str, calls: tuple[tuple[str, str], ...]) -> int:
+    """The first of `calls` whose grammar in `tool_format` does not compile on its own."""
+    for i, call in enumerate(calls):
+        try:
+            expression, lines, markers = forced_calls(tool_format, (call,), False)
+            _checked(Grammar("\n".join([f"start: {expression}", *lines]) + "\n", markers))
+        except ValueError:
+            return i
+    return 0
 
 
 def custom_tool_grammar(fmt: Mapping[str, Any], *, param: str = "tools[0].format") -> Grammar:
@@ -301,7 +336,8 @@ def _bind(grammar: Grammar, tokenizer: llguidance.LLTokenizer | None) -> str:
     for rule, text in grammar.markers:
         ids = tokenizer.tokenize_str(text) if tokenizer is not None else []
         single = len(ids) == 1 and tokenizer is not None and tokenizer.is_special_token(ids[0])
-        defs.append(f"{rule}: {text if single else json.dumps(text)}")
+        # By id: a token's own text is Lark syntax only when it reads `<...>` ([TOOL_CALLS]).
+        defs.append(f"{rule}: {f'<[{ids[0]}]>' if single else json.dumps(text)}")
     return llguidance.LLMatcher.grammar_from_lark(grammar.lark + "".join(d + "\n" for d in defs))
 
 
