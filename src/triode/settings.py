@@ -47,6 +47,14 @@ class Settings:
     port: int = flag(8080, "port to listen on (0 picks a free one)")
     model: str = flag(BUNDLED_MODEL, "local path or Hugging Face repo id of an mlx-lm model; "
                       "default: the bundled tiny model")
+    tool_format: str | None = flag(
+        None, "the model's tool-call format, overriding the one detected from its tokenizer "
+        "as mlx-lm detects it: hermes, mistral, llama3, qwen3_coder (arguments stream), or any "
+        "other format of the installed mlx-lm's tool_parsers (glm47, kimi_k2, minimax_m2, "
+        "gemma4, pythonic, ...; calls come out whole), or none (docs/models.md)")
+    chat_template: str | None = flag(
+        None, "a Jinja chat template file that replaces the model's own (for models whose "
+        "template is broken or missing); the tool-call format is then inferred from it")
     model_alias: str | None = flag(
         None, "the name clients use in `model` (default: the model path)")
     parallel: int = flag(8, "generation slots: sequences decoded together in one batch")

@@ -35,7 +35,7 @@ from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, 
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
-from .model.loading import BUNDLED_PATH, check_model, load_failure
+from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
@@ -117,6 +117,7 @@ async def start_actors(settings: Settings, *,
     Plain hypercorn's lifespan cancels it only after the HTTP connections have closed, so
     there the drain is what ends background jobs with a terminal status."""
     check_model(model_path(settings))
+    check_options(load_options(settings))
     tree = trio.CancelScope()
     handles: Handles | None = None
     tree_ended = False
@@ -147,6 +148,10 @@ async def start_actors(settings: Settings, *,
         if handles is not None or error is None:
             raise
         raise error from None
+
+
+def load_options(settings: Settings) -> LoadOptions:
+    return LoadOptions(tool_format=settings.tool_format, chat_template=settings.chat_template)
 
 
 def startup_error(exc: BaseException) -> SettingsError | None:
@@ -193,7 +198,7 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
             prompt_cache_bytes=settings.prompt_cache_bytes,
             prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
             attention_window=settings.attention_window,
-            speculative=settings.speculative).run)
+            speculative=settings.speculative, load_options=load_options(settings)).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)
         raise load_failure(path, exc) from None

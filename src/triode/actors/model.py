@@ -31,8 +31,9 @@ import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
-from ..model.loading import ModelInfo
+from ..model.loading import LoadOptions, ModelInfo
 from ..model.request import GenerationRequest, Rendered
+from ..model.templates import render_fitted
 from .mailbox import answer, ask
 from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
                        ModelStatistics, ModelStatisticsRequest, PromptCacheStatistics, Release,
@@ -122,11 +123,15 @@ class ModelHandle:
                      ) -> Rendered:
         """Renders and tokenizes a chat in a worker thread. `submits=False` says no Submit
         follows (counting tokens only), so the actor does not hold Inserts waiting for it."""
+        def apply(fitted: list[dict[str, Any]]) -> str:
+            text: str = self.tokenizer.apply_chat_template(
+                fitted, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                **(template_kwargs or {}))
+            return text
+
         def work() -> Rendered:
-            try:
-                text = self.tokenizer.apply_chat_template(
-                    messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                    **(template_kwargs or {}))
+            try:   # roles the template refuses are merged as docs/models.md says
+                text = render_fitted(apply, messages, self.info.template_roles)
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None
@@ -195,13 +200,14 @@ class ModelActor:
                  context_length: int | None = None, blas_threads: int = 0,
                  prompt_cache_bytes: int = 0, prefill_chunk: int = 0, kv_bits: int = 0,
                  speculative: str = "off", attention_window: int = 0,
+                 load_options: LoadOptions = LoadOptions(),
                  engine_factory: Callable[..., EngineRunner] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
         self._new_engine: Callable[[], EngineRunner] = functools.partial(
             engine_factory, model, parallel=parallel, context_length=context_length,
             blas_threads=blas_threads, prompt_cache_bytes=prompt_cache_bytes,
             prefill_chunk=prefill_chunk, kv_bits=kv_bits, speculative=speculative,
-            attention_window=attention_window)
+            attention_window=attention_window, load_options=load_options)
         self._prompt_cache_max = prompt_cache_bytes
         self._parallel = parallel
         self._max_queue = max_queue

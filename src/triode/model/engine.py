@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence, cast
 import attrs
 
 from . import blas
-from .loading import ModelInfo, describe, load
+from .loading import LoadOptions, ModelInfo, describe, load
 from .pacing import PrefillPacer
 from .request import GenerationRequest, Sampling
 from .window import window_caches
@@ -232,8 +232,10 @@ class _Sequence:
 class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
                  blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
-                 kv_bits: int = 0, speculative: str = "off", attention_window: int = 0):
+                 kv_bits: int = 0, speculative: str = "off", attention_window: int = 0,
+                 load_options: LoadOptions = LoadOptions()):
         self.model_name = model
+        self.load_options = load_options   # --tool-format, --chat-template
         self.kv_bits = kv_bits
         self.attention_window = attention_window   # 0: the model's own attention
         self.prefill_chunk = prefill_chunk
@@ -248,11 +250,11 @@ class Engine:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
-        model, tokenizer = load(self.model_name)
+        model, tokenizer = load(self.model_name, self.load_options)
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
-        info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length),
-                            blas_threads=threads)
+        info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
+                                     self.load_options), blas_threads=threads)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
         if self.kv_bits:
             from .kvquant import quantized_cache

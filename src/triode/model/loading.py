@@ -10,8 +10,10 @@ from typing import Any
 import attrs
 
 from ..errors import SettingsError
-from .parsers import detect_format
+from .parsers import canonical_format, detect_format, format_names
+from .parsers.reasoning import THINK
 from .request import Sampling
+from .templates import TemplateRoles, probe_roles
 
 # The small model that ships inside the package (weights, tokenizer, template, model card).
 BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
@@ -28,19 +30,89 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     vocab_size: int
     sampling_defaults: Sampling = Sampling()   # for what a request leaves out
-    tool_format: str = "none"          # see model/parsers: hermes, mistral, llama3, ...
-    reasoning: bool = False            # the vocabulary has <think> and </think>
+    tool_format: str = "none"          # see model/parsers: hermes, glm47, gemma4, ...
+    reasoning: bool = False            # the model has reasoning markers (`think`)
+    think: tuple[str, str] = THINK     # they: mlx-lm's think_start / think_end
+    template_roles: TemplateRoles = TemplateRoles()   # the roles its chat template refuses
     blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
 
 
-def load(model: str) -> tuple[Any, Any]:
+@attrs.frozen
+class LoadOptions:
+    """How the model's tokenizer is taken: `tool_format` (`--tool-format`) overrides the
+    detected format; `chat_template` (`--chat-template`) is a Jinja file that replaces the
+    model's own template."""
+
+    tool_format: str | None = None
+    chat_template: str | None = None
+
+
+def check_options(options: LoadOptions) -> None:
+    """Before anything loads: a SettingsError naming the flag that cannot work."""
+    if options.tool_format is not None:
+        try:
+            canonical_format(options.tool_format)
+        except ValueError:
+            raise SettingsError(f"--tool-format must be one of {', '.join(format_names())} "
+                                f"(got {options.tool_format!r})") from None
+    if options.chat_template is not None:
+        read_template(options.chat_template)
+
+
+def read_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SettingsError(f"--chat-template: {path}: {why}") from None
+
+
+def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
     """`model`: a local path or a Hugging Face repo id. The bundled model's architecture file
     (`tiny/sliding_qwen3.py`, named by its config.json) ships with triode, so it is trusted;
-    no other model's code is run."""
+    no other model's code is run. With `options.chat_template` the tokenizer renders that
+    template instead of its own (and mlx-lm's Python renderer for it, if it has one)."""
     from mlx_lm import load as mlx_load
 
     loaded = mlx_load(model, trust_remote_code=is_bundled(model))
-    return loaded[0], loaded[1]
+    tokenizer = loaded[1]
+    if options.chat_template is not None:
+        from mlx_lm.tokenizer_utils import _infer_tool_parser
+
+        infer: Any = _infer_tool_parser
+        # What mlx-lm chose differs from what it infers only when the model names it.
+        chosen = tokenizer.init_kwargs.get("tool_parser_type")
+        configured = chosen if chosen is not None and chosen != infer(tokenizer) \
+            else None
+        tokenizer.chat_template = read_template(options.chat_template)
+        tokenizer._chat_template = None
+        tokenizer.init_kwargs["tool_parser_type"] = configured
+    return loaded[0], tokenizer
+
+
+def tool_format(tokenizer: Any, options: LoadOptions = LoadOptions()) -> str:
+    """The model's tool-call format: `--tool-format`, else the one mlx-lm chose when it loaded
+    the tokenizer (its config's `tool_parser_type`, else its inference), else what
+    `parsers.detect_format` makes of the template (a replaced template is inferred anew)."""
+    if options.tool_format is not None:
+        return canonical_format(options.tool_format)
+    kwargs = getattr(tokenizer, "init_kwargs", None) or {}
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return detect_format(getattr(tokenizer, "chat_template", None), vocab,
+                         configured=kwargs.get("tool_parser_type"))
+
+
+def template_roles(tokenizer: Any) -> TemplateRoles:
+    """Which roles the chat template refuses (see `templates.probe_roles`)."""
+    if not getattr(tokenizer, "chat_template", None) and \
+            getattr(tokenizer, "_chat_template", None) is None:
+        return TemplateRoles()
+
+    def render(messages: list[dict[str, Any]]) -> object:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+
+    return probe_roles(render)
 
 
 def is_bundled(model: str) -> bool:
@@ -105,17 +177,22 @@ def load_failure(model: str, exc: BaseException) -> SettingsError:
     return SettingsError(f"--model: {model}: {why}")
 
 
-def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | None) -> ModelInfo:
+def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | None,
+             options: LoadOptions = LoadOptions()) -> ModelInfo:
     args = getattr(mlx_model, "args", None)
     native = getattr(args, "max_position_embeddings", None) or 4096
+    vocab = getattr(tokenizer, "vocab", {})
+    thinking = bool(getattr(tokenizer, "has_thinking", False))
     return ModelInfo(
         path=model,
         context_length=context_length or native,
         eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=sampling_defaults(Path(model)),
-        tool_format=detect_format(getattr(tokenizer, "chat_template", None)),
-        reasoning=all(t in getattr(tokenizer, "vocab", {}) for t in ("<think>", "</think>")),
+        tool_format=tool_format(tokenizer, options),
+        reasoning=thinking or all(t in vocab for t in THINK),
+        think=(tokenizer.think_start, tokenizer.think_end) if thinking else THINK,
+        template_roles=template_roles(tokenizer),
     )
 
 

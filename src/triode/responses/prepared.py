@@ -76,7 +76,8 @@ def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
 
     def assemble(builder: ResponseBuilder) -> OutputAssembler:
         parser = make_parser(info.tool_format, reasoning=info.reasoning,
-                             starts_in_reasoning=thinking)
+                             starts_in_reasoning=thinking, tools=plan.template_tools,
+                             think=info.think)
         return OutputAssembler(builder, parser, resolve=declared.get,
                                allow_calls=plan.choice.mode != "none",
                                parallel=plan.echo.parallel_tool_calls,

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import attrs
 
 from ..errors import InvalidRequest, ModelNotFound
-from ..model.constraints import Grammar, compile_text_format, tool_call_grammar
+from ..model.constraints import THINK_CLOSE, Grammar, compile_text_format, tool_call_grammar
 from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
@@ -67,6 +67,8 @@ class Plan:
     compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
+    tool_format: str = "hermes"            # the model's: forced calls are written in it
+    think_close: str = THINK_CLOSE         # the model's closing reasoning marker
 
 
 def check_model(name: str, accepted: tuple[str, ...]) -> None:
@@ -150,9 +152,9 @@ def validate(req: wire.CreateResponse) -> None:
 
 
 def starts_in_reasoning(info: ModelInfo, prompt_text: str) -> bool:
-    """The rendered prompt ends inside an open `<think>` block (a template with thinking on),
-    so generation starts with reasoning."""
-    return info.reasoning and prompt_text.rstrip().endswith("<think>")
+    """The rendered prompt ends inside an open `<think>` block (the model's reasoning marker:
+    a template with thinking on), so generation starts with reasoning."""
+    return info.reasoning and prompt_text.rstrip().endswith(info.think[0])
 
 
 def check_calls_answered(replayed: Sequence[Item], given: Sequence[Item]) -> None:
@@ -184,22 +186,25 @@ def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> 
     if plan.grammar is None or not in_reasoning:
         return plan.grammar
     return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
-                    plan.choice, plan.echo.parallel_tool_calls, in_reasoning=True)
+                    plan.choice, plan.echo.parallel_tool_calls, in_reasoning=True,
+                    tool_format=plan.tool_format, think_close=plan.think_close)
 
 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
-             parallel: bool, *, in_reasoning: bool = False) -> Grammar | None:
-    """Constrained decoding: forced tool calls for required/named choices, else the
-    structured-output format, else none. Compiled at create time (cached), so a bad schema
-    is a 400 before anything starts."""
+             parallel: bool, *, in_reasoning: bool = False, tool_format: str = "hermes",
+             think_close: str = THINK_CLOSE) -> Grammar | None:
+    """Constrained decoding: forced tool calls for required/named choices, in the model's
+    tool-call format (`tool_format`), else the structured-output format, else none.
+    Compiled at create time (cached), so a bad schema is a 400 before anything starts."""
     if choice.mode == "required":
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
         return tool_call_grammar([t.for_grammar() for t in visible], mode, parallel=parallel,
-                                 in_reasoning=in_reasoning)
+                                 in_reasoning=in_reasoning, tool_format=tool_format,
+                                 think_close=think_close)
     if req.text is not None and req.text.format is not None and req.text.format.type != "text":
         fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
-        return compile_text_format(fmt, in_reasoning=in_reasoning)
+        return compile_text_format(fmt, in_reasoning=in_reasoning, think_close=think_close)
     return None
 
 
@@ -226,9 +231,11 @@ def optional_echoes(req: wire.CreateResponse) -> dict[str, Any]:
 
 def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[Item] = (), conversation: str | None = None, *,
-         hosted_tools: str = "ignore", items: list[Item] | None = None) -> Plan:
+         hosted_tools: str = "ignore", items: list[Item] | None = None,
+         tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors.
-    `items`: its input already made canonical (its item references resolved), if so."""
+    `items`: its input already made canonical (its item references resolved), if so;
+    `tool_format`, `think_close`: the model's (`ModelInfo`), for forced calls."""
     items = input_items(req) if items is None else items
     replayed = compaction.replay([*history, *items])
     check_calls_answered(replayed, items)
@@ -237,7 +244,8 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    grammar = _grammar(req, visible, choice, parallel)
+    grammar = _grammar(req, visible, choice, parallel, tool_format=tool_format,
+                       think_close=think_close)
     messages = chat_messages(req.instructions, replayed)
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
@@ -292,4 +300,5 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, past=list(history), compact_threshold=compact_threshold(req),
                 dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else (),
-                background=bool(req.background))
+                background=bool(req.background), tool_format=tool_format,
+                think_close=think_close)

@@ -86,7 +86,8 @@ async def summarize(model: ModelHandle, instructions: str | None,
             f"the history to summarize is {len(rendered.tokens)} tokens, longer than the "
             f"context window ({info.context_length})", param="input")
     parser = make_parser(info.tool_format, reasoning=info.reasoning,
-                         starts_in_reasoning=starts_in_reasoning(info, rendered.text))
+                         starts_in_reasoning=starts_in_reasoning(info, rendered.text),
+                         think=info.think)
     events: list[Any] = []
     generated = 0
     summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),

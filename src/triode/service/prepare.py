@@ -101,8 +101,10 @@ class Preparer:
         if trigger:   # compact what comes before it; the trigger itself is never kept
             given = given[:-1]
         items = await self._canonical_input(given, past)
-        plan = translate.plan(req, self._model.info.sampling_defaults, past, conversation,
-                              hosted_tools=self._hosted_tools, items=items)
+        info = self._model.info
+        plan = translate.plan(req, info.sampling_defaults, past, conversation,
+                              hosted_tools=self._hosted_tools, items=items,
+                              tool_format=info.tool_format, think_close=info.think[1])
         if trigger:
             plan = attrs.evolve(plan, compact_now=True)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
