@@ -131,7 +131,8 @@ class ModelHandle:
 
         def work() -> Rendered:
             try:   # roles the template refuses are merged as docs/models.md says
-                text = render_fitted(apply, messages, self.info.template_roles)
+                text = render_fitted(apply, messages, self.info.template_roles,
+                                     self.info.tool_format)
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None

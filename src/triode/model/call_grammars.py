@@ -41,6 +41,7 @@ Markers = tuple[tuple[str, str], ...]
 Calls = tuple[tuple[str, str], ...]     # (tool name, canonical JSON schema of its arguments)
 
 KEY = "/[A-Za-z_][A-Za-z0-9_]*/"
+MAX_UNROLLED = 16   # list length bounds kept by unrolling the grammar this far
 EMPTY = '""'
 
 
@@ -103,6 +104,32 @@ def properties(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool]]
     required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) \
         else []
     return [(k, v if isinstance(v, dict) else {}, k in required) for k, v in props.items()]
+
+
+def bounded_list(item: str, low: int, high: int | None, separator: str = ",") -> str:
+    """`low` to `high` (None: any number of) `item`s joined by `separator`; a bound past
+    MAX_UNROLLED items is not kept."""
+    sep = lit(separator)
+    if high is not None and high > MAX_UNROLLED:
+        high = None
+    low = min(low, MAX_UNROLLED)
+    if high is not None and high < low:
+        high = low
+    head = [item] + [f"{sep} {item}"] * (low - 1) if low else []
+    if high is None:
+        tail = f"({sep} {item})*" if low else f"({item} ({sep} {item})*)?"
+    else:
+        tail = _optional_chain(item, sep, high - low, leading=bool(low))
+    return " ".join(part for part in [*head, tail] if part) or EMPTY
+
+
+def _optional_chain(item: str, sep: str, count: int, *, leading: bool) -> str:
+    """Up to `count` more items, each optional after the one before."""
+    chain = ""
+    for n in reversed(range(count)):
+        first = n == 0 and not leading
+        chain = f"({'' if first else sep + ' '}{item}{' ' + chain if chain else ''})?"
+    return chain
 
 
 def separated(rules: Rules, items: list[tuple[str, bool]], separator: str) -> str:
@@ -395,8 +422,9 @@ class _Gemma4:
             return json_block(schema)
         if kind == "array":
             item = self.rules.add(self.value(schema.get("items", {}), depth + 1), "g4_item")
-            items = f'{item} ("," {item})*'
-            return f'"[" {items if schema.get("minItems", 0) else f"({items})?"} "]"'
+            low = schema.get("minItems") if isinstance(schema.get("minItems"), int) else 0
+            high = schema.get("maxItems") if isinstance(schema.get("maxItems"), int) else None
+            return f'"[" {bounded_list(item, low, high)} "]"'
         if kind == "object" or "properties" in schema:
             return self.object(schema, depth)
         return self.any()

@@ -81,6 +81,36 @@ def gemma4_repair(body: str) -> list[str]:
     return [closed, *(body[:end] + close for end, close in reversed(cuts))]
 
 
+def pythonic_repair(body: str) -> list[str]:
+    """Closes what a cut-off Python call list left open: its string, then its brackets; or
+    else drops the unfinished last keyword."""
+    closers: list[str] = []
+    quote = ""
+    cuts: list[tuple[int, str]] = []
+    escaped = False
+    for at, char in enumerate(body):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            closers.append({"(": ")", "[": "]", "{": "}"}[char])
+        elif char in ")]}" and closers:
+            closers.pop()
+        elif char == ",":
+            cuts.append((at, "".join(reversed(closers))))
+    closed = body + quote + "".join(reversed(closers))
+    return [closed, *(body[:end] + close for end, close in reversed(cuts))]
+
+
+NAME = re.compile(r"[\w.\-]+")
+
+
 @attrs.frozen
 class Details:
     """What triode adds to an mlx-lm format: how a block cut off at finish is completed, and
@@ -91,9 +121,9 @@ class Details:
 
 
 REPAIRS: dict[str, Details] = {
-    "glm47": Details(suffixes("</arg_value>"), r"^\s*([^\s<]+)"),
-    "laguna": Details(suffixes("</arg_value>"), r"^\s*([^\s<]+)"),
-    "longcat": Details(suffixes("</longcat_arg_value>"), r"^\s*([^\s<]+)"),
+    "glm47": Details(suffixes("</arg_value>"), r"^\s*([\w.\-]+)\s*(?:<|$)"),
+    "laguna": Details(suffixes("</arg_value>"), r"^\s*([\w.\-]+)\s*(?:<|$)"),
+    "longcat": Details(suffixes("</longcat_arg_value>"), r"^\s*([\w.\-]+)\s*(?:<|$)"),
     "kimi_k2": Details(json_after("<|tool_call_argument_begin|>", "<|tool_call_end|>",
                                   "<|tool_call_end|>"),
                        r"<\|tool_call_begin\|>\s*(?:functions\.)?([^:<\s]+)"),
@@ -103,10 +133,11 @@ REPAIRS: dict[str, Details] = {
     "minimax_m2": Details(suffixes("</parameter>\n</invoke>", "\n</invoke>"),
                           r'<invoke name="?([^">\s]+)'),
     "minicpm5": Details(suffixes("</param>"), r'^\s*["\']?([^"\'\s>]+)'),
-    "muse_spark": Details(suffixes("</atem:parameter>"), r'<atem:invoke\b[^>]*?\bname="([^"]+)"'),
+    "muse_spark": Details(json_after('">', "</atem:parameter>", "</atem:parameter>"),
+                          r'<atem:invoke\b[^>]*?\bname="([^"]+)"'),
     "gemma4": Details(gemma4_repair, r"call:([\w-]+)"),
     "function_gemma": Details(suffixes("}", "<escape>}"), r"call:(\w+)"),
-    "pythonic": Details(suffixes(")]", '")]', "')]"), r"\[\s*([\w.]+)\("),
+    "pythonic": Details(pythonic_repair, r"\[\s*([\w.]+)\("),
 }
 
 
@@ -183,7 +214,7 @@ class WholeCallParser(ToolParser):
         if self._details.name is None:
             return None
         match = re.search(self._details.name, body)
-        return match.group(1) if match else None
+        return match.group(1) if match and NAME.fullmatch(match.group(1)) else None
 
 
 def normalized(parsed: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -191,8 +222,8 @@ def normalized(parsed: Any) -> list[tuple[str, dict[str, Any]]]:
     calls = []
     for call in parsed if isinstance(parsed, list) else [parsed]:
         name = call.get("name") if isinstance(call, dict) else None
-        if not isinstance(name, str) or not name.strip():
-            continue
+        if not isinstance(name, str) or not NAME.fullmatch(name.strip()):
+            continue   # not a name: a parser's fallback read markup or prose as one
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):
             try:
