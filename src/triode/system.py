@@ -236,6 +236,11 @@ async def _start_tree(settings: Settings, *,
         log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
                  info.path, info.context_length, settings.parallel,
                  "n/a" if info.blas_threads is None else info.blas_threads)
+        refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
+        log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "
+                 "docs/models.md says)", info.path, info.tool_format,
+                 " ... ".join(info.think) if info.reasoning else "none",
+                 ", ".join(refused) or "no role")
         names = model_names(settings, info.path)
         board: JobBoardHandle | None = None
         if isinstance(backend, RedisBackend):   # background jobs seen by every process
