@@ -208,3 +208,11 @@ def test_markers_are_the_tokenizers_special_tokens(fmt):
     for _, marker in grammar.markers:
         if marker in FAMILY_OF[fmt].special and marker in text:
             assert text.count(marker) == s.tokens.count(s.hf.convert_tokens_to_ids(marker))
+
+
+@pytest.mark.parametrize("fmt", ["gemma4", "function_gemma"])
+def test_gemma_refuses_a_name_its_parser_cannot_read(fmt):
+    """Gemma's parsers read a name as a word: a namespaced tool cannot be forced there."""
+    tool = {**EMPTY, "name": "shell.exec"}
+    with pytest.raises(InvalidSchema, match="shell.exec"):
+        tool_call_grammar([tool], "required", tool_format=fmt)

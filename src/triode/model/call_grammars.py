@@ -27,6 +27,7 @@ an object schema without `properties` takes any keys.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 
 from .parsers.qwen3_coder import is_text
@@ -451,8 +452,16 @@ class _Gemma4:
         return lit(json.dumps(value))
 
 
+def _plain_name(name: str, pattern: str, fmt: str) -> None:
+    """Gemma's parsers read a call's name as `[\\w-]+` (FunctionGemma's `\\w+`): a namespaced
+    `ns.name` would come back as `ns`."""
+    if not re.fullmatch(pattern, name):
+        raise Unsupported(f"{fmt}'s call syntax cannot carry the tool name {name!r}")
+
+
 def _gemma4(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
+        _plain_name(name, r"[\w-]+", "Gemma 4")
         return f'm_call_open {lit("call:" + name)} {_Gemma4(rules).object(schema)} m_call_close'
     call, lines = _unique(calls, build)
     return (_joined(call, parallel), lines,
@@ -490,6 +499,7 @@ def _function_gemma(calls: Calls, parallel: bool) -> tuple[str, list[str], Marke
         return rules.json(schema)
 
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
+        _plain_name(name, r"\w+", "FunctionGemma")
         props = properties(schema)
         if props is None:
             pair = rules.add(f'{KEY} ":" {value(rules, {"type": "string"})}', "pair")

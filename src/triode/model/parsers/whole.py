@@ -141,6 +141,7 @@ REPAIRS: dict[str, Details] = {
 }
 
 
+@functools.cache
 def mlx_format_names() -> tuple[str, ...]:
     """Every tool-call format the installed mlx-lm has a parser module for."""
     import mlx_lm.tool_parsers
