@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from .parsers.qwen3_coder import is_text
 
+
 class Unsupported(ValueError):
     """A schema that a format's own syntax cannot carry (the request's 400 names the tool)."""
 
@@ -262,8 +263,8 @@ def _json_arguments(template: Callable[[str, str], str]) -> Callable[..., str]:
 def _glm_like(prefix: str) -> Callable[[Calls, bool], tuple[str, list[str], Markers]]:
     open_, close = f"<{prefix}tool_call>", f"</{prefix}tool_call>"
     markers: Markers = (("m_call_open", open_), ("m_call_close", close),
-                        ("m_key_open", f"<{prefix}arg_key>"), ("m_key_close",
-                                                              f"</{prefix}arg_key>"),
+                        ("m_key_open", f"<{prefix}arg_key>"),
+                        ("m_key_close", f"</{prefix}arg_key>"),
                         ("m_value_open", f"<{prefix}arg_value>"),
                         ("m_value_close", f"</{prefix}arg_value>"))
 
