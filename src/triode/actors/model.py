@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
+from ..model import harmony
 from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import ModelInfo
 from ..model.request import GenerationRequest, Rendered
@@ -124,9 +125,12 @@ class ModelHandle:
         follows (counting tokens only), so the actor does not hold Inserts waiting for it."""
         def work() -> Rendered:
             try:
-                text = self.tokenizer.apply_chat_template(
-                    messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                    **(template_kwargs or {}))
+                if self.info.tool_format == "harmony":   # rendered as harmony prescribes
+                    text = harmony.render(messages, tools, **(template_kwargs or {}))
+                else:
+                    text = self.tokenizer.apply_chat_template(
+                        messages, tools=tools or None, add_generation_prompt=True,
+                        tokenize=False, **(template_kwargs or {}))
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from ..errors import SettingsError
+from . import harmony
 from .parsers import detect_format
 from .request import Sampling
 
@@ -108,13 +109,18 @@ def load_failure(model: str, exc: BaseException) -> SettingsError:
 def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | None) -> ModelInfo:
     args = getattr(mlx_model, "args", None)
     native = getattr(args, "max_position_embeddings", None) or 4096
+    tool_format = detect_format(getattr(tokenizer, "chat_template", None))
+    stops = set(tokenizer.eos_token_ids)
+    if tool_format == "harmony":   # a call and a finished answer both end generation
+        vocab = getattr(tokenizer, "vocab", {})
+        stops |= {vocab[m] for m in harmony.STOP_MARKERS if m in vocab}
     return ModelInfo(
         path=model,
         context_length=context_length or native,
-        eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
+        eos_token_ids=tuple(sorted(stops)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=sampling_defaults(Path(model)),
-        tool_format=detect_format(getattr(tokenizer, "chat_template", None)),
+        tool_format=tool_format,
         reasoning=all(t in getattr(tokenizer, "vocab", {}) for t in ("<think>", "</think>")),
     )
 

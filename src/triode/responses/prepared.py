@@ -56,7 +56,8 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
     thinking = starts_in_reasoning(info, rendered.text)
     generation = GenerationRequest(
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
-        sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
+        sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking,
+                                                  tool_format=info.tool_format),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
         cache_key=plan.echo.prompt_cache_key or "")
     return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)

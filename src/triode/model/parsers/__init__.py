@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone, TextDelta,
                                        ToolCallDelta, ToolCallDone, ToolCallStart, ToolParser)
+from triode.model.parsers.harmony import HarmonyParser
 from triode.model.parsers.hermes import HermesParser
 from triode.model.parsers.llama3 import Llama3Parser
 from triode.model.parsers.mistral import MistralParser
@@ -34,13 +35,15 @@ FORMATS: dict[str, type[ToolParser]] = {
 
 
 def make_parser(format_name: str, *, reasoning: bool, starts_in_reasoning: bool
-                ) -> ReasoningParser:
+                ) -> ReasoningParser | HarmonyParser:
     """A parser for one assistant turn in the tool-call format `format_name`."""
+    if format_name == "harmony":   # channels carry the reasoning: no <think> splitter
+        return HarmonyParser()
     try:
         tool_parser = FORMATS[format_name]
     except KeyError:
         raise ValueError(f"unknown tool-call format {format_name!r}; "
-                         f"known: {', '.join(FORMATS)}") from None
+                         f"known: {', '.join(FORMATS)}, harmony") from None
     return ReasoningParser(tool_parser(), reasoning=reasoning,
                            starts_in_reasoning=starts_in_reasoning)
 
@@ -48,6 +51,8 @@ def make_parser(format_name: str, *, reasoning: bool, starts_in_reasoning: bool
 def detect_format(chat_template: str | None) -> str:
     """The tool-call format a chat template renders, from the markers it contains."""
     template = chat_template or ""
+    if "<|channel|>" in template and "<|message|>" in template:
+        return "harmony"   # gpt-oss
     if "<tool_call>" in template:
         return "qwen3_coder" if "<function=" in template else "hermes"
     if "[TOOL_CALLS]" in template:
