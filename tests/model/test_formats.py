@@ -90,7 +90,7 @@ def render(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
         for name, args in calls) + "]<|tool_call_end|>"
 
 
-WHOLE = [f for f in format_names() if f not in STREAMED and f != "none"]
+WHOLE = [f for f in format_names() if f not in STREAMED and f not in ("none", "harmony")]
 THINK = {"gemma4": ("<|channel>thought", "<channel|>"),
          "kimi_k3": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
          "longcat": ("<longcat_think>", "</longcat_think>")}

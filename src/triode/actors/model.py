@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
+from ..model import harmony
 from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import LoadOptions, ModelInfo
 from ..model.request import GenerationRequest, Rendered
@@ -130,9 +131,12 @@ class ModelHandle:
             return text
 
         def work() -> Rendered:
-            try:   # roles the template refuses are merged as docs/models.md says
-                text = render_fitted(apply, messages, self.info.template_roles,
-                                     self.info.tool_format)
+            try:
+                if self.info.tool_format == "harmony":   # rendered as harmony prescribes
+                    text = harmony.render(messages, tools, **(template_kwargs or {}))
+                else:   # roles the template refuses are merged as docs/models.md says
+                    text = render_fitted(apply, messages, self.info.template_roles,
+                                         self.info.tool_format)
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None

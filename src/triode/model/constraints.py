@@ -2,9 +2,11 @@
 
 Two halves, split along the thread boundary:
 
-- `compile_text_format`, `tool_call_grammar` and `custom_tool_grammar` run at request time on
-  the trio side. They check the request (an unusable schema is a 400 before anything is
-  queued) and return a `Grammar`: plain data, independent of any tokenizer, cached.
+- `compile_text_format`, `tool_call_grammar` and `custom_tool_grammar` (and their harmony
+  forms for gpt-oss, `harmony_text_format_grammar`, `harmony_tool_call_grammar`) run at
+  request time on the trio side. They check the request (an unusable schema is a 400 before
+  anything is queued) and return a `Grammar`: plain data, independent of any tokenizer,
+  cached.
 - `make_processor(grammar, tokenizer)` runs on the engine thread when a sequence is inserted.
   It returns a `ConstrainedProcessor`, an mlx-lm logits processor that owns one llguidance
   matcher: each step it feeds the matcher the token sampled last and sets every token the
@@ -29,6 +31,7 @@ import llguidance
 import numpy as np
 
 from ..errors import InvalidRequest
+from . import harmony
 from .call_grammars import FORCED, forced_calls, json_block
 
 log = logging.getLogger(__name__)
@@ -301,6 +304,83 @@ def _failing_call(tool_format: str, calls: tuple[tuple[str, str], ...]) -> int:
         except ValueError:
             return i
     return 0
+
+
+# ---- harmony (gpt-oss) ----------------------------------------------------------------------
+# The output starts after the prompt's `<|start|>assistant`. The constrained message may
+# follow an analysis message (gpt-oss reasons before it acts), capped at `analysis_tokens` so
+# that the constrained part always comes. The grammar ends on harmony's own stop token
+# (`<|call|>` after a call, `<|return|>` after the answer), so a forced turn ends as harmony
+# says and re-renders token for token.
+
+HARMONY_ANALYSIS_TOKENS = 1024   # the cap without max_output_tokens (half of it with one)
+_HARMONY_MARKERS = (("m_h_channel", harmony.CHANNEL), ("m_h_message", harmony.MESSAGE),
+                    ("m_h_end", harmony.END), ("m_h_start", harmony.START),
+                    ("m_h_constrain", harmony.CONSTRAIN), ("m_h_call", harmony.CALL),
+                    ("m_h_return", harmony.RETURN))
+
+
+def harmony_analysis_tokens(max_output_tokens: int | None) -> int:
+    """The analysis a constrained harmony turn may write: half the output limit at most."""
+    if max_output_tokens is None:
+        return HARMONY_ANALYSIS_TOKENS
+    return min(HARMONY_ANALYSIS_TOKENS, max_output_tokens // 2)
+
+
+def _harmony_analysis(tokens: int) -> tuple[str, str]:
+    """(the prefix of `start`, the rules it needs): an optional capped analysis message."""
+    if tokens < 1:
+        return "", ""
+    return "analysis? ", (
+        'analysis: m_h_channel "analysis" m_h_message analysis_text m_h_end m_h_start '
+        '"assistant"\n'
+        f"analysis_text[max_tokens={tokens}]: /(.|\\n)*/\n")
+
+
+def harmony_tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
+                              analysis_tokens: int = HARMONY_ANALYSIS_TOKENS) -> Grammar:
+    """Forced calls in harmony: an optional analysis message, then one call
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{arguments}<|call|>`,
+    as `harmony.call_header` renders it. One call only: `<|call|>` ends the generation.
+    Checks and errors are `tool_call_grammar`'s."""
+    tool_call_grammar(tools, mode, parallel=False)
+    names = [tool_name(t) for t in tools]
+    chosen = range(len(tools)) if mode == "required" else [names.index(mode)]
+    return _harmony_tool_grammar(tuple(
+        (harmony.recipient(names[i]), _canonical(tool_arguments_schema(tools[i])))
+        for i in chosen), analysis_tokens)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _harmony_tool_grammar(calls: tuple[tuple[str, str], ...], analysis_tokens: int) -> Grammar:
+    prefix, analysis = _harmony_analysis(analysis_tokens)
+    rules = [f"start: {prefix}call",
+             'call: m_h_channel "commentary to=" ('
+             + " | ".join(f"call_{i}" for i in range(len(calls))) + ")"]
+    for i, (to, schema) in enumerate(calls):
+        rules.append(f"call_{i}: {json.dumps(to + ' ')} m_h_constrain \"json\" m_h_message "
+                     f"args_{i} m_h_call")
+        rules.append(f"args_{i}: {json_block(json.loads(schema))}")
+    return _checked(Grammar("\n".join(rules) + "\n" + analysis, _HARMONY_MARKERS))
+
+
+def harmony_text_format_grammar(fmt: Mapping[str, Any], *,
+                                analysis_tokens: int = HARMONY_ANALYSIS_TOKENS
+                                ) -> Grammar | None:
+    """Structured output in harmony: an optional analysis message, then the JSON as the
+    `final` message. Checks and errors are `compile_text_format`'s; None for plain text."""
+    if compile_text_format(fmt) is None:
+        return None
+    schema = fmt.get("schema") if fmt.get("type") == "json_schema" else {"type": "object"}
+    return _harmony_json_grammar(_canonical(schema), analysis_tokens)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _harmony_json_grammar(canonical_schema: str, analysis_tokens: int) -> Grammar:
+    prefix, analysis = _harmony_analysis(analysis_tokens)
+    body = (f'start: {prefix}m_h_channel "final" m_h_message json_body m_h_return\n'
+            f"json_body: {json_block(json.loads(canonical_schema))}\n")
+    return _checked(Grammar(body + analysis, _HARMONY_MARKERS))
 
 
 def custom_tool_grammar(fmt: Mapping[str, Any], *, param: str = "tools[0].format") -> Grammar:

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from ..errors import SettingsError
+from . import harmony
 from .parsers import canonical_format, detect_format, format_names
 from .parsers.reasoning import THINK
 from .request import Sampling
@@ -183,13 +184,17 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
     native = getattr(args, "max_position_embeddings", None) or 4096
     vocab = getattr(tokenizer, "vocab", {})
     thinking = bool(getattr(tokenizer, "has_thinking", False))
+    fmt = tool_format(tokenizer, options)
+    stops = set(tokenizer.eos_token_ids)
+    if fmt == "harmony":   # a call and a finished answer both end generation
+        stops |= {vocab[m] for m in harmony.STOP_MARKERS if m in vocab}
     return ModelInfo(
         path=model,
         context_length=context_length or native,
-        eos_token_ids=tuple(sorted(tokenizer.eos_token_ids)),
+        eos_token_ids=tuple(sorted(stops)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=sampling_defaults(Path(model)),
-        tool_format=tool_format(tokenizer, options),
+        tool_format=fmt,
         reasoning=thinking or all(t in vocab for t in THINK),
         think=(tokenizer.think_start, tokenizer.think_end) if thinking else THINK,
         template_roles=template_roles(tokenizer),

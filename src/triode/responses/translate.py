@@ -11,7 +11,9 @@ from typing import Any, Sequence
 import attrs
 
 from ..errors import InvalidRequest, ModelNotFound
-from ..model.constraints import THINK_CLOSE, Grammar, compile_text_format, tool_call_grammar
+from ..model.constraints import (THINK_CLOSE, Grammar, compile_text_format,
+                                 harmony_analysis_tokens, harmony_text_format_grammar,
+                                 harmony_tool_call_grammar, tool_call_grammar)
 from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
@@ -182,8 +184,9 @@ def compact_threshold(req: wire.CreateResponse) -> int | None:
 
 
 def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> Grammar | None:
-    """The plan's grammar for a prompt that already opened `<think>` (or not)."""
-    if plan.grammar is None or not in_reasoning:
+    """The plan's grammar (in the model's tool-call format) for a prompt that already opened
+    the model's reasoning (or not)."""
+    if plan.grammar is None or not in_reasoning or plan.tool_format == "harmony":
         return plan.grammar
     return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
                     plan.choice, plan.echo.parallel_tool_calls, in_reasoning=True,
@@ -193,19 +196,37 @@ def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
              parallel: bool, *, in_reasoning: bool = False, tool_format: str = "hermes",
              think_close: str = THINK_CLOSE) -> Grammar | None:
-    """Constrained decoding: forced tool calls for required/named choices, in the model's
-    tool-call format (`tool_format`), else the structured-output format, else none.
-    Compiled at create time (cached), so a bad schema is a 400 before anything starts."""
+    """Constrained decoding: forced tool calls for required/named choices, written in the
+    model's tool-call format (`tool_format`; harmony has grammars of its own), else the
+    structured-output format, else none. Compiled at create time (cached), so a bad schema
+    is a 400 before anything starts."""
+    harmony = tool_format == "harmony"
+    analysis = harmony_analysis_tokens(req.max_output_tokens)
     if choice.mode == "required":
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
+        if harmony:
+            return harmony_tool_call_grammar([t.for_grammar() for t in visible], mode,
+                                             analysis_tokens=analysis)
         return tool_call_grammar([t.for_grammar() for t in visible], mode, parallel=parallel,
                                  in_reasoning=in_reasoning, tool_format=tool_format,
                                  think_close=think_close)
     if req.text is not None and req.text.format is not None and req.text.format.type != "text":
         fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
+        if harmony:
+            return harmony_text_format_grammar(fmt, analysis_tokens=analysis)
         return compile_text_format(fmt, in_reasoning=in_reasoning, think_close=think_close)
     return None
+
+
+def template_kwargs(req: wire.CreateResponse) -> dict[str, Any]:
+    """What the chat template is given besides messages and tools: `chat_template_kwargs`,
+    and `reasoning.effort` as `reasoning_effort` (what gpt-oss's template and the harmony
+    renderer read) unless those kwargs set it themselves."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning is not None and req.reasoning.effort:
+        kwargs.setdefault("reasoning_effort", req.reasoning.effort)
+    return kwargs
 
 
 def optional_echoes(req: wire.CreateResponse) -> dict[str, Any]:
@@ -295,7 +316,7 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 store=store, conversation=conversation, tools=tools, choice=choice,
                 template_tools=[t.for_template() for t in visible], grammar=grammar,
                 encrypted_reasoning="reasoning.encrypted_content" in (req.include or []),
-                stop=stop_sequences(req), template_kwargs=req.chat_template_kwargs or {},
+                stop=stop_sequences(req), template_kwargs=template_kwargs(req),
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, past=list(history), compact_threshold=compact_threshold(req),

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone, TextDelta,
                                        ToolCallDelta, ToolCallDone, ToolCallStart, ToolParser)
+from triode.model.parsers.harmony import HarmonyParser
 from triode.model.parsers.hermes import HermesParser
 from triode.model.parsers.llama3 import Llama3Parser
 from triode.model.parsers.mistral import MistralParser
@@ -45,30 +46,35 @@ STREAMED: dict[str, Callable[[Tools], ToolParser]] = {
 # mlx-lm's names for formats triode calls otherwise.
 ALIASES = {"json_tools": "hermes"}
 NONE = "none"
+HARMONY = "harmony"   # gpt-oss: rendered and parsed by triode itself (`model/harmony.py`)
 
 
 def format_names() -> tuple[str, ...]:
-    """Every format `--tool-format` accepts: triode's streamed ones, each other format the
-    installed mlx-lm has, and `none` (mlx-lm's `json_tools` is accepted as `hermes`)."""
-    return (*STREAMED, *(n for n in mlx_format_names() if n not in STREAMED and n not in ALIASES),
-            NONE)
+    """Every format `--tool-format` accepts: triode's streamed ones and harmony, each other
+    format the installed mlx-lm has, and `none` (mlx-lm's `json_tools` is accepted as
+    `hermes`)."""
+    return (*STREAMED, HARMONY,
+            *(n for n in mlx_format_names() if n not in STREAMED and n not in ALIASES), NONE)
 
 
 def canonical_format(name: str) -> str:
     """The name triode uses for a format named by mlx-lm or on the command line; a
     ValueError naming the known ones for anything else."""
     name = ALIASES.get(name, name)
-    if name in STREAMED or name == NONE or name in mlx_format_names():
+    if name in STREAMED or name in (NONE, HARMONY) or name in mlx_format_names():
         return name
     raise ValueError(f"unknown tool-call format {name!r}; known: {', '.join(format_names())}")
 
 
 def make_parser(format_name: str, *, reasoning: bool, starts_in_reasoning: bool,
-                tools: Tools = None, think: tuple[str, str] = THINK) -> ReasoningParser:
+                tools: Tools = None, think: tuple[str, str] = THINK
+                ) -> ReasoningParser | HarmonyParser:
     """A parser for one assistant turn in the tool-call format `format_name`. `tools`: the
     request's tools as the chat template gets them (some formats type arguments by their
     schemas); `think`: the model's reasoning markers."""
     name = canonical_format(format_name)
+    if name == HARMONY:   # channels carry the reasoning: no <think> splitter
+        return HarmonyParser()
     tool_parser: ToolParser
     if name in STREAMED:
         tool_parser = STREAMED[name](tools)
@@ -98,7 +104,9 @@ def detect_format(chat_template: str | None, vocab: Mapping[str, int] | None = N
     the vocabulary (`mlx_lm.tokenizer_utils._infer_tool_parser`, in its order: a GLM template
     contains `<tool_call>` too, and is glm47, not Hermes). Where mlx-lm infers nothing, the
     markers of triode's own formats: `<tool_call>` (Hermes, or Qwen3-Coder with `<function=`)
-    and Llama 3's headers."""
+    and Llama 3's headers. Harmony (gpt-oss), which mlx-lm has no parser for, comes first."""
+    if chat_template and "<|channel|>" in chat_template and "<|message|>" in chat_template:
+        return HARMONY   # gpt-oss
     if configured:
         return canonical_format(configured)
     from mlx_lm.tokenizer_utils import _infer_tool_parser
