@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from triode.model.parsers import (STREAMED, ReasoningDelta, TextDelta, ToolCallDelta,
+from triode.model.parsers import (STREAMED, TextDelta, ToolCallDelta,
                                   ToolCallDone, canonical_format, detect_format, format_names,
                                   make_parser)
 from triode.model.parsers.whole import mlx_format_names, mlx_module
@@ -215,11 +215,15 @@ def test_whole_calls_are_announced_only_at_their_end():
         "city": "Paris"}
 
 
-def test_kimi_k3_structural_markup_is_not_reasoning():
-    """Kimi K3's think block is reasoning by its own markers."""
-    events = parse("kimi_k3", ["<|open|>think<|sep|>hm<|close|>think<|sep|>"
-                               + render("kimi_k3", [TOKYO])], reasoning=True)
-    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["hm"]
+def test_kimi_k3_structural_markup_is_never_text():
+    """Kimi K3's think block is reasoning by its own markers, and the response block around
+    its reply is markup, not text."""
+    outcome = parse_every_way("kimi_k3", "<|open|>think<|sep|>hm<|close|>think<|sep|>"
+                              "<|open|>response<|sep|>Tokyo time:<|close|>response<|sep|>"
+                              + render("kimi_k3", [TOKYO]) + "<|close|>message<|sep|>",
+                              reasoning=True)
+    assert (outcome.reasoning, outcome.text) == ("hm", "Tokyo time:")
+    assert outcome.call_values() == [TOKYO]
 
 
 # ---- detection ---------------------------------------------------------------------------

@@ -118,6 +118,7 @@ class Details:
 
     repair: Repair = suffixes()
     name: str | None = None      # a regex whose first group is the call's name
+    dropped: tuple[str, ...] = ()   # markup around the reply, never text
 
 
 REPAIRS: dict[str, Details] = {
@@ -127,9 +128,12 @@ REPAIRS: dict[str, Details] = {
     "kimi_k2": Details(json_after("<|tool_call_argument_begin|>", "<|tool_call_end|>",
                                   "<|tool_call_end|>"),
                        r"<\|tool_call_begin\|>\s*(?:functions\.)?([^:<\s]+)"),
+    # Kimi K3's reply sits in a response block (mlx-lm's `_infer_structural_markers`).
     "kimi_k3": Details(json_after("<|sep|>", "<|close|>json<|sep|><|close|>call<|sep|>",
                                   "<|close|>argument<|sep|><|close|>call<|sep|>",
-                                  "<|close|>call<|sep|>"), r'tool="([^"]+)"'),
+                                  "<|close|>call<|sep|>"), r'tool="([^"]+)"',
+                       ("<|open|>response<|sep|>", "<|close|>response<|sep|>",
+                        "<|close|>message<|sep|>")),
     "minimax_m2": Details(suffixes("</parameter>\n</invoke>", "\n</invoke>"),
                           r'<invoke name="?([^">\s]+)'),
     "minicpm5": Details(suffixes("</param>"), r'^\s*["\']?([^"\'\s>]+)'),
@@ -164,12 +168,15 @@ class WholeCallParser(ToolParser):
         self._parse: Callable[..., Any] = module.parse_tool_call
         self._start: str = module.tool_call_start
         self._end: str = module.tool_call_end
-        self.markers = (self._start,)
         self._tools = [dict(t) for t in tools] if tools else None
         self._details = REPAIRS.get(name, Details())
+        self.markers = (self._start, *self._details.dropped)
         self._scanned = 0
 
     def _on_marker(self, marker: str) -> None:
+        if marker != self._start:
+            self._back_to_text()   # structural markup: dropped with its separators
+            return
         self._scanned = 0
         self._step = self._block_step
 
