@@ -5,7 +5,7 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from triode.model.engine import PromptCache  # noqa: E402
+from triode.model.prompt_cache import PromptCache  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 
 

@@ -21,6 +21,7 @@ import attrs
 from . import blas
 from .loading import LoadOptions, ModelInfo, describe, load
 from .pacing import PrefillPacer
+from .prompt_cache import PROMPT_CACHE_KEY, PromptCache, snapshot_point, turn_close
 from .request import GenerationRequest, Sampling
 from .window import window_caches
 
@@ -59,11 +60,6 @@ class StepOutput:
 
 # (this step's outputs, idle, the prompt cache's (entries, bytes) or None) -> commands
 Exchange = Callable[[list[StepOutput], bool, "tuple[int, int] | None"], Sequence[Command]]
-
-# The prompt cache's namespace for requests without a `prompt_cache_key` (one model per
-# engine: every entry is this model's); a request's key names a namespace of its own.
-PROMPT_CACHE_KEY = "model"
-PROMPT_CACHE_MAX_ENTRIES = 64     # distinct cached sequences (prefixes of a kept one are dropped)
 
 
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
@@ -171,51 +167,6 @@ def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[s
     return entry
 
 
-class PromptCache:
-    """KV caches of finished sequences, keyed by their tokens, for prompts that start the same
-    way (a conversation's next turn, a shared system prompt): the engine thread's alone.
-
-    mlx-lm's LRUPromptCache does the matching (the longest cached prefix, or a longer entry
-    trimmed back to the common prefix) and the LRU eviction under `max_bytes`; this adds what
-    an insert needs: at least one prompt token always goes through the model, since the
-    first output token is sampled from its logits."""
-
-    def __init__(self, max_bytes: int):
-        from mlx_lm.models.cache import LRUPromptCache
-
-        self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
-
-    def fetch(self, prompt: list[int], namespace: str = PROMPT_CACHE_KEY
-              ) -> tuple[Any, list[int]]:
-        """(a KV cache covering a prefix of `prompt` or None, the tokens still to prefill)."""
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
-
-        kv, rest = self._lru.fetch_nearest_cache(namespace, prompt)
-        if kv is not None and not rest:  # all of it cached: feed the last token again
-            if not can_trim_prompt_cache(kv):
-                return None, prompt
-            trim_prompt_cache(kv, 1)
-            rest = prompt[-1:]
-        return kv, rest
-
-    def keep(self, tokens: list[int], kv: Any, namespace: str = PROMPT_CACHE_KEY) -> None:
-        import mlx.core as mx
-
-        if sum(c.nbytes for c in kv) > self._lru.max_bytes:
-            return  # never fits: inserted, it would first evict every other entry
-        # A finished sequence's cache is a lazy copy out of the whole batch's KV buffers:
-        # evaluated now, it holds its own few KB per token instead of pinning those buffers.
-        mx.eval([c.state for c in kv])
-        self._lru.insert_cache(namespace, list(tokens), kv)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._lru.nbytes)
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-
 @attrs.define
 class _Sequence:
     """The engine's record of one running sequence."""
@@ -227,6 +178,16 @@ class _Sequence:
     top_logprobs: int | None  # None: no logprobs
     cached_tokens: int        # prompt tokens the prompt cache supplied, until the 1st output
     cache_namespace: str      # where its finished KV cache is kept
+    snapshot_at: int | None = None   # prompt tokens prefilled (past the cached ones) at which
+                                     # its untrimmable cache is kept too
+
+
+def untrimmable(model: Any, new_cache: Callable[[], Any]) -> bool:
+    """Whether a new sequence's cache has layers that cannot be trimmed back to an earlier
+    token (recurrent state beside the attention layers' KV caches)."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+    return not can_trim_prompt_cache(new_cache() or make_prompt_cache(model))
 
 
 class Engine:
@@ -277,6 +238,10 @@ class Engine:
 
             speculative.install(generator)   # one StepOutput per token still, in order
         cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
+        # Recurrent layers' state cannot be trimmed back: such a model's prompts are also kept
+        # where the next turn branches off (prompt_cache.snapshot_point); None: not needed.
+        close = turn_close(tokenizer) if cache is not None and untrimmable(model, new_cache) \
+            else None
         started(info, tokenizer)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
@@ -290,7 +255,7 @@ class Engine:
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
-                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache)
+                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache, close)
                         running[seq.uid] = by_generator[seq.generator_uid] = seq
                         prefilling.add(seq.uid)
                     elif cmd.uid in running:
@@ -305,10 +270,12 @@ class Engine:
                     prefilling=min(len(prefilling), self.prefill_batch))
                 began = time.perf_counter()
                 with generator.stats() as stats:
-                    _, responses = generator.next()
+                    progress, responses = generator.next()
                 pacer.observe(seconds=time.perf_counter() - began,
                               prompt_tokens=stats.prompt_tokens,
                               prompt_seconds=stats.prompt_time)
+                if cache is not None and close is not None:
+                    self._snapshot(generator, cache, progress, by_generator)
                 for r in responses:
                     seq = by_generator[r.uid]
                     prefilling.discard(seq.uid)
@@ -331,9 +298,26 @@ class Engine:
             generator.close()
 
     @staticmethod
+    def _snapshot(generator: Any, cache: PromptCache, progress: list[Any],
+                  by_generator: dict[int, _Sequence]) -> None:
+        """Keeps the caches of the sequences whose prefill just reached their snapshot point
+        (the generator stops a prompt's prefill at each of its segments' ends)."""
+        for p in progress:
+            seq = by_generator.get(p.uid)
+            if (seq is None or seq.snapshot_at is None or not p.end_of_segment
+                    or p.progress[0] != seq.snapshot_at):
+                continue
+            seq.snapshot_at = None
+            for kv, tokens in generator.extract_cache([p.uid]).values():
+                cache.keep(tokens, kv, seq.cache_namespace)
+
+    @staticmethod
     def _insert(generator: Any, cache: PromptCache | None, tokenizer: Any,
-                cmd: Insert, new_cache: Callable[[], Any]) -> _Sequence:
-        """Adds one sequence to the batch, starting from the longest cached prefix."""
+                cmd: Insert, new_cache: Callable[[], Any],
+                close: tuple[int, ...] | None = None) -> _Sequence:
+        """Adds one sequence to the batch, starting from the longest cached prefix; with
+        `close` (an untrimmable cache's turn-closing tokens) its prefill stops once at the
+        snapshot point to keep the cache there."""
         request = cmd.request
         extra = {}
         chain, constraint = logits_processors_for(request, tokenizer)
@@ -345,8 +329,11 @@ class Engine:
         reused = len(prompt) - len(rest)
         if kv is None:
             kv = new_cache()
-        (generator_uid,) = generator.insert(
-            [rest], [request.max_tokens], caches=[kv], all_tokens=[prompt[:reused]],
+        point = snapshot_point(prompt, reused, close) if close is not None else None
+        segments = [rest] if point is None else [rest[:point - reused], rest[point - reused:]]
+        (generator_uid,) = generator.insert_segments(
+            [segments], [request.max_tokens], caches=[kv], all_tokens=[prompt[:reused]],
             samplers=[sampler_for(request.sampling)], **extra)
         return _Sequence(cmd.uid, generator_uid, tokenizer.detokenizer, constraint,
-                         request.top_logprobs, reused, namespace)
+                         request.top_logprobs, reused, namespace,
+                         None if point is None else point - reused)

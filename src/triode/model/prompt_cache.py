@@ -1,0 +1,129 @@
+"""The engine's prompt cache: KV caches of earlier sequences, keyed by their tokens, for
+prompts that start the same way (a conversation's next turn, a shared system prompt). The
+engine thread's alone (docs/architecture.md, "Prompt cache").
+
+Attention caches can be trimmed back to any earlier token, so one entry per finished
+sequence serves every prompt that shares any prefix with it. A model with recurrent layers
+(gated delta-net, Mamba: mlx-lm's `ArraysCache` beside its `KVCache`s) holds state that
+cannot be rewound: an entry serves only prompts that extend it whole. For those caches the
+engine also keeps a snapshot where the next turn of a conversation will branch off: the end
+of the prompt's last message, before the generation prompt (`snapshot_point`), since the next
+turn's template renders this turn's answer after it, and not always as it was generated (a
+template that drops earlier turns' reasoning, or opens `<think>` in its generation prompt).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+# The prompt cache's namespace for requests without a `prompt_cache_key` (one model per
+# engine: every entry is this model's); a request's key names a namespace of its own.
+PROMPT_CACHE_KEY = "model"
+PROMPT_CACHE_MAX_ENTRIES = 64     # distinct cached sequences (prefixes of a kept one are dropped)
+# Untrimmable entries that are prefixes of a newly kept one and survive it: the longest two.
+# In a conversation those are the current turn's prompt snapshot and the entry its prompt was
+# served from, which still serve a retried or edited last turn; older turns' are dropped.
+KEPT_PREFIXES = 2
+
+PROBE = "PROMPT-CACHE-PROBE"
+
+
+class PromptCache:
+    """mlx-lm's LRUPromptCache does the matching (the longest cached prefix, or a longer entry
+    trimmed back to the common prefix) and the LRU eviction under `max_bytes`; this adds what
+    an insert needs (at least one prompt token always goes through the model, since the first
+    output token is sampled from its logits) and the untrimmable entries' bookkeeping."""
+
+    def __init__(self, max_bytes: int):
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
+
+    def fetch(self, prompt: list[int], namespace: str = PROMPT_CACHE_KEY
+              ) -> tuple[Any, list[int]]:
+        """(a KV cache covering a prefix of `prompt` or None, the tokens still to prefill)."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        kv, rest = self._lru.fetch_nearest_cache(namespace, prompt)
+        if kv is not None and not rest:  # all of it cached: feed the last token again
+            if can_trim_prompt_cache(kv):
+                trim_prompt_cache(kv, 1)
+                return kv, prompt[-1:]
+            # Recurrent state cannot give the last token back: the longest entry short of it.
+            kv, rest = self._lru.fetch_nearest_cache(namespace, prompt[:-1])
+            rest = rest + prompt[-1:]
+        return kv, rest
+
+    def keep(self, tokens: list[int], kv: Any, namespace: str = PROMPT_CACHE_KEY) -> None:
+        import mlx.core as mx
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
+        if sum(c.nbytes for c in kv) > self._lru.max_bytes:
+            return  # never fits: inserted, it would first evict every other entry
+        # A cache taken out of a batch is a lazy copy of the whole batch's buffers:
+        # evaluated now, it holds its own few KB per token instead of pinning those buffers.
+        mx.eval([c.state for c in kv])
+        tokens = list(tokens)
+        if not can_trim_prompt_cache(kv):   # (a trimmable one replaces its prefixes itself)
+            for length in self._prefixes(tokens, namespace)[:-KEPT_PREFIXES]:
+                self._drop(tokens[:length], namespace)
+        self._lru.insert_cache(namespace, tokens, kv)
+
+    def _prefixes(self, tokens: list[int], namespace: str) -> list[int]:
+        """The lengths of the entries that are strict prefixes of `tokens`, shortest first."""
+        node = self._lru._trie._trie.get(namespace)   # mlx-lm's PromptTrie: nested dicts
+        lengths = []
+        for i, token in enumerate(tokens):
+            if node is None:
+                break
+            if i and "__value__" in node:
+                lengths.append(i)
+            node = node.get(token)
+        return lengths
+
+    def _drop(self, tokens: list[int], namespace: str) -> None:
+        """Removes one entry, as LRUPromptCache's own eviction does (it has no public call)."""
+        lru = self._lru
+        entry = lru._trie.pop(namespace, tokens)
+        lru._lru.remove(namespace, tokens)
+        lru._n_bytes -= entry.nbytes
+        lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._lru.nbytes)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+def turn_close(tokenizer: Any) -> tuple[int, ...]:
+    """The tokens the chat template ends a message with (`<|im_end|>\\n`, `<|eot_id|>`,
+    `<end_of_turn>\\n`, `<|end|>`), from a one-message probe; () when the template cannot
+    tell (no template, one that refuses the probe, or nothing after the message)."""
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": PROBE}],
+                                             add_generation_prompt=False, tokenize=False)
+    except Exception:   # any template error: no boundary known, nothing breaks
+        return ()
+    if not isinstance(text, str) or text.count(PROBE) != 1:
+        return ()
+    close = text.split(PROBE)[1]
+    return tuple(tokenizer.encode(close, add_special_tokens=False)) if close else ()
+
+
+def snapshot_point(prompt: Sequence[int], reused: int, close: Sequence[int]) -> int | None:
+    """Where to snapshot an untrimmable cache while `prompt` is prefilled from position
+    `reused` on: just after the last message's closing tokens `close` (the next turn renders
+    the same history up to there, whatever it makes of this turn's answer), else (no such
+    close past `reused`) before the prompt's last token; None when that is not past `reused`.
+    """
+    close = tuple(close)
+    n = len(close)
+    if n:
+        last = close[-1]
+        for end in range(len(prompt) - 1, max(n, reused + 1) - 1, -1):
+            if prompt[end - 1] == last and tuple(prompt[end - n:end]) == close:
+                return end
+    point = len(prompt) - 1
+    return point if point > reused else None

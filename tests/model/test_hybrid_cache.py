@@ -1,0 +1,272 @@
+"""The prompt cache on a hybrid model (tests/fixtures/hybrid.py: qwen3_5, gated delta-net
+layers beside attention), whose recurrent state cannot be trimmed: where the engine keeps
+snapshots, what a prompt is served from, which entries survive, and that a cache hit changes
+no output."""
+
+from __future__ import annotations
+
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+
+from ..fixtures import hybrid  # noqa: E402
+from triode.model.engine import Engine, Insert, StepOutput, untrimmable  # noqa: E402
+from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
+from triode.model.prompt_cache import (PromptCache, snapshot_point,  # noqa: E402
+                                       turn_close)
+from triode.model.request import GenerationRequest, Sampling  # noqa: E402
+
+GREEDY = Sampling(temperature=0.0)
+CLOSE = (7, 8)   # a template's message close, as token ids
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return hybrid.build(tmp_path_factory.mktemp("hybrid"))
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    return load(str(model_dir))
+
+
+def state_for(model, tokens: list[int]):
+    """The cache a sequence leaves after `tokens` went through the model."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([tokens]), cache=cache))
+    return cache
+
+
+def offsets(kv) -> set[int]:
+    return {c.offset for c in kv if hasattr(c, "offset")}
+
+
+# ---- where the snapshot goes ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt, reused, point", [
+    ([1, 2, 7, 8, 3, 4, 7, 8, 5, 6], 0, 8),      # after the last message's close
+    ([1, 2, 7, 8, 3, 4, 7, 8, 5, 6], 7, 8),
+    ([1, 2, 7, 8, 3, 4, 7, 8, 5, 6], 8, 9),      # the close is cached: before the last token
+    ([1, 2, 7, 8, 3, 4, 7, 8, 5, 6], 9, None),   # nothing past what is cached
+    ([1, 2, 3, 4, 5, 6], 0, 5),                  # no close at all: before the last token
+    ([1, 2, 3, 7, 8], 0, 4),                     # a close that ends the prompt is its last
+])                                               # token's: the one snapshot short of it
+def test_snapshot_point(prompt, reused, point):
+    assert snapshot_point(prompt, reused, CLOSE) == point
+
+
+def test_snapshot_point_without_a_known_close_is_before_the_last_token():
+    assert snapshot_point([1, 2, 7, 8, 3], 0, ()) == 4
+
+
+def test_turn_close_is_what_the_template_ends_a_message_with(loaded):
+    _, tokenizer = loaded
+    assert turn_close(tokenizer) == tuple(tokenizer.encode("<|im_end|>\n",
+                                                           add_special_tokens=False))
+
+
+def test_turn_close_of_a_template_that_refuses_the_probe_is_unknown():
+    class Refusing:
+        def apply_chat_template(self, *args, **kwargs):
+            raise ValueError("conversation roles must alternate")
+
+    assert turn_close(Refusing()) == ()
+
+
+def test_only_models_with_recurrent_layers_take_snapshots(loaded):
+    assert untrimmable(loaded[0], lambda: None)
+    assert not untrimmable(load(str(BUNDLED_PATH))[0], lambda: None)
+
+
+# ---- what a prompt is served from -----------------------------------------------------------
+
+
+SEQ = list(range(10, 40))
+
+
+def test_an_extending_prompt_is_served_from_the_longest_prefix_entry(loaded):
+    model, _ = loaded
+    cache = PromptCache(1 << 30)
+    cache.keep(SEQ[:12], state_for(model, SEQ[:12]))
+    cache.keep(SEQ, state_for(model, SEQ))
+    kv, rest = cache.fetch(SEQ + [50, 51])
+    assert rest == [50, 51] and offsets(kv) == {len(SEQ)}
+
+
+def test_a_longer_entry_is_never_trimmed_back(loaded):
+    """A prompt diverging inside an untrimmable entry is served from a shorter entry (the
+    snapshot short of the divergence), or prefilled whole when there is none."""
+    model, _ = loaded
+    cache = PromptCache(1 << 30)
+    cache.keep(SEQ, state_for(model, SEQ))
+    assert cache.fetch(SEQ[:20] + [99]) == (None, SEQ[:20] + [99])
+    cache.keep(SEQ[:12], state_for(model, SEQ[:12]))
+    kv, rest = cache.fetch(SEQ[:20] + [99])
+    assert rest == SEQ[12:20] + [99] and offsets(kv) == {12}
+
+
+def test_an_identical_prompt_is_served_from_the_entry_short_of_its_last_token(loaded):
+    """Recurrent state cannot give the last token back, so a prompt equal to an entry
+    takes the longest entry short of it and feeds the rest, the last token included."""
+    model, _ = loaded
+    cache = PromptCache(1 << 30)
+    cache.keep(SEQ, state_for(model, SEQ))
+    assert cache.fetch(list(SEQ)) == (None, SEQ)
+    cache.keep(SEQ[:25], state_for(model, SEQ[:25]))
+    kv, rest = cache.fetch(list(SEQ))
+    assert rest == SEQ[25:] and offsets(kv) == {25}
+
+
+def test_an_entry_two_longer_ones_extend_is_dropped(loaded):
+    """Per conversation path the two longest prefixes of a kept entry survive it (its own
+    prompt's snapshot and the entry that prompt was served from); older ones go."""
+    model, _ = loaded
+    cache = PromptCache(1 << 30)
+    sizes = {}
+    for n in (8, 14, 20):
+        kv = state_for(model, SEQ[:n])
+        sizes[n] = sum(c.nbytes for c in kv)
+        cache.keep(SEQ[:n], kv)
+    other = [90, 91, 92, 93]   # another conversation's, untouched
+    cache.keep(other, state_for(model, other))
+    assert len(cache) == 4
+    before = cache.nbytes
+    kv = state_for(model, SEQ)
+    added = sum(c.nbytes for c in kv)
+    cache.keep(SEQ, kv)
+    assert len(cache) == 4
+    kv, rest = cache.fetch(SEQ[:10] + [99])
+    assert kv is None                                       # the 8-token entry went
+    assert offsets(cache.fetch(SEQ[:16] + [99])[0]) == {14}
+    assert offsets(cache.fetch(SEQ[:22] + [99])[0]) == {20}
+    assert cache.fetch(other + [5])[1] == [5]
+    assert cache.nbytes == before - sizes[8] + added
+
+
+def test_reused_state_gives_the_logits_of_a_full_prefill(loaded):
+    """Reuse is exact on recurrent layers too: snapshot + rest equals a full prefill."""
+    model, _ = loaded
+    cache = PromptCache(1 << 30)
+    cache.keep(SEQ, state_for(model, SEQ))
+    prompt = SEQ + [50, 51, 52]
+    kv, rest = cache.fetch(prompt)
+    reused = model(mx.array([rest]), cache=kv)[0, -1]
+    full = model(mx.array([prompt]))[0, -1]
+    assert mx.allclose(reused, full, atol=1e-4).item()
+    assert mx.argmax(reused).item() == mx.argmax(full).item()
+
+
+# ---- the engine -----------------------------------------------------------------------------
+
+
+class Done(Exception):
+    pass
+
+
+def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 << 30,
+              max_tokens: int = 12, stopped: list | None = None
+              ) -> tuple[list[dict[int, list[int]]], list[dict[int, int]], list[int]]:
+    """Runs `turns` on one engine: each turn's prompts are inserted together once the previous
+    turn's sequences have all finished. Returns per turn each prompt's generated tokens (the
+    stop token left out) and cached-token count, and the prompt cache's entry count after
+    each turn; `stopped` collects the stop tokens."""
+    engine = Engine(str(model_dir), parallel=4, context_length=None,
+                    prompt_cache_bytes=cache_bytes)
+    tokens: list[dict[int, list[int]]] = [{} for _ in turns]
+    cached: list[dict[int, int]] = [{} for _ in turns]
+    entries: list[int] = []
+    state = {"turn": -1, "open": 0}
+
+    def exchange(outputs: list[StepOutput], idle: bool, cache_size) -> list[Insert]:
+        turn = state["turn"]
+        for out in outputs:
+            uid = out.uid % 100
+            if uid not in cached[turn]:
+                cached[turn][uid] = out.cached_tokens
+            tokens[turn].setdefault(uid, [])
+            if out.finish_reason != "stop":
+                tokens[turn][uid].append(out.token)
+            elif stopped is not None:
+                stopped.append(out.token)
+            if out.finish_reason is not None:
+                state["open"] -= 1
+        if state["open"]:
+            return []
+        if turn >= 0:
+            entries.append(cache_size[0] if cache_size else 0)
+        if turn + 1 == len(turns):
+            raise Done
+        state["turn"] = turn = turn + 1
+        state["open"] = len(turns[turn])
+        return [Insert(100 * turn + i, GenerationRequest(prompt=p, max_tokens=max_tokens,
+                                                         sampling=GREEDY))
+                for i, p in enumerate(turns[turn])]
+
+    with pytest.raises(Done):
+        engine.run(exchange, lambda info, tokenizer: None)
+    return tokens, cached, entries
+
+
+def render(tokenizer, messages) -> list[int]:
+    return list(tokenizer.encode(tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False), add_special_tokens=False))
+
+
+def chat(tokenizer, asks: list[str], answers: list[str]) -> list[int]:
+    messages = [{"role": "system", "content": "You are terse. " + "copper lantern " * 40}]
+    for i, ask in enumerate(asks):
+        messages.append({"role": "user", "content": ask})
+        if i < len(answers):
+            messages.append({"role": "assistant", "content": answers[i]})
+    return render(tokenizer, messages)
+
+
+def test_the_next_turn_is_served_from_the_snapshot_and_answers_as_a_cold_run(model_dir, loaded):
+    """Turn 2 renders turn 1's history up to the end of its last message, then turn 1's
+    answer as the template re-renders it: it is served from the snapshot there (the whole
+    of turn 1's prompt but its generation prompt), and greedy output equals a cold engine's."""
+    _, tokenizer = loaded
+    first = [chat(tokenizer, ["Reply with: quartz"], []),
+             chat(tokenizer, ["Reply with: ember lotus kelp"], [])]
+    second = [chat(tokenizer, ["Reply with: quartz", "And: cobalt"], ["quartz"]),
+              chat(tokenizer, ["Reply with: ember lotus kelp", "And: dune"], ["ember"])]
+    generation_prompt = len(tokenizer.encode("<|im_start|>assistant\n<think>\n",
+                                             add_special_tokens=False))
+    tokens, cached, entries = run_turns(model_dir, [first, second])
+    assert cached[0] == {0: 0, 1: 0}
+    assert cached[1] == {i: len(first[i]) - generation_prompt for i in (0, 1)}
+    assert entries[0] == 4   # per sequence: its prompt's snapshot and its finished cache
+    cold, cold_cached, _ = run_turns(model_dir, [second], cache_bytes=0)
+    assert cold_cached[0] == {0: 0, 1: 0}
+    assert tokens[1] == cold[0]
+
+
+def test_a_turn_that_extends_the_generated_answer_is_served_from_the_finished_cache(model_dir,
+                                                                                    loaded):
+    """When the next prompt renders the answer exactly as it was generated (an agent's tool
+    turn keeps its reasoning), it extends the finished sequence's cache: only the new
+    tokens are prefilled."""
+    _, tokenizer = loaded
+    first = chat(tokenizer, ["Reply with: quartz"], [])
+    stopped: list[int] = []
+    tokens, _, _ = run_turns(model_dir, [[first]], max_tokens=6, stopped=stopped)
+    generated = tokens[0][0] + stopped   # what went through the model
+    close = tokenizer.encode("<|im_end|>", add_special_tokens=False)
+    follow = tokenizer.encode("\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
+                              "<|im_end|>\n<|im_start|>assistant\n<think>\n",
+                              add_special_tokens=False)
+    second = first + generated + ([] if stopped else close) + follow
+    tokens, cached, _ = run_turns(model_dir, [[first], [second]], max_tokens=6)
+    assert cached[1][0] == len(first) + len(generated)
+    cold, _, _ = run_turns(model_dir, [[second]], cache_bytes=0, max_tokens=6)
+    assert tokens[1][0] == cold[0][0]
+
+
+def test_without_a_prompt_cache_nothing_is_kept(model_dir, loaded):
+    _, tokenizer = loaded
+    prompt = chat(tokenizer, ["Reply with: quartz"], [])
+    _, cached, entries = run_turns(model_dir, [[prompt], [prompt]], cache_bytes=0)
+    assert cached == [{0: 0}, {0: 0}] and entries == [0, 0]
