@@ -167,12 +167,14 @@ class Done(Exception):
 
 
 def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 << 30,
-              max_tokens: int = 12, stopped: list | None = None
+              max_tokens: int = 12, stopped: list | None = None,
+              logprobs: list[dict[int, list[list[float]]]] | None = None
               ) -> tuple[list[dict[int, list[int]]], list[dict[int, int]], list[int]]:
     """Runs `turns` on one engine: each turn's prompts are inserted together once the previous
     turn's sequences have all finished. Returns per turn each prompt's generated tokens (the
     stop token left out) and cached-token count, and the prompt cache's entry count after
-    each turn; `stopped` collects the stop tokens."""
+    each turn; `stopped` collects the stop tokens, `logprobs` (one dict per turn) each
+    token's log-probability and its 4 best alternatives'."""
     engine = Engine(str(model_dir), parallel=4, context_length=None,
                     prompt_cache_bytes=cache_bytes)
     tokens: list[dict[int, list[int]]] = [{} for _ in turns]
@@ -189,6 +191,10 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
             tokens[turn].setdefault(uid, [])
             if out.finish_reason != "stop":
                 tokens[turn][uid].append(out.token)
+                if logprobs is not None:
+                    entry = out.logprobs or {}
+                    logprobs[turn].setdefault(uid, []).append(
+                        [entry["logprob"]] + [t["logprob"] for t in entry["top_logprobs"]])
             elif stopped is not None:
                 stopped.append(out.token)
             if out.finish_reason is not None:
@@ -201,13 +207,25 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
             raise Done
         state["turn"] = turn = turn + 1
         state["open"] = len(turns[turn])
-        return [Insert(100 * turn + i, GenerationRequest(prompt=p, max_tokens=max_tokens,
-                                                         sampling=GREEDY))
+        return [Insert(100 * turn + i, GenerationRequest(
+                    prompt=p, max_tokens=max_tokens, sampling=GREEDY,
+                    top_logprobs=4 if logprobs is not None else None))
                 for i, p in enumerate(turns[turn])]
 
     with pytest.raises(Done):
         engine.run(exchange, lambda info, tokenizer: None)
     return tokens, cached, entries
+
+
+def assert_same_distributions(a: dict[int, list[list[float]]],
+                              b: dict[int, list[list[float]]]) -> None:
+    """Every step's log-probabilities (the sampled token's and the best alternatives') agree:
+    a stronger check than equal tokens on a random model that repeats one token."""
+    assert a.keys() == b.keys()
+    for uid in a:
+        assert len(a[uid]) == len(b[uid])
+        for x, y in zip(a[uid], b[uid]):
+            assert x == pytest.approx(y, abs=1e-4)
 
 
 def render(tokenizer, messages) -> list[int]:
@@ -235,13 +253,16 @@ def test_the_next_turn_is_served_from_the_snapshot_and_answers_as_a_cold_run(mod
               chat(tokenizer, ["Reply with: ember lotus kelp", "And: dune"], ["ember"])]
     generation_prompt = len(tokenizer.encode("<|im_start|>assistant\n<think>\n",
                                              add_special_tokens=False))
-    tokens, cached, entries = run_turns(model_dir, [first, second])
+    warm_logprobs: list = [{}, {}]
+    tokens, cached, entries = run_turns(model_dir, [first, second], logprobs=warm_logprobs)
     assert cached[0] == {0: 0, 1: 0}
     assert cached[1] == {i: len(first[i]) - generation_prompt for i in (0, 1)}
     assert entries[0] == 4   # per sequence: its prompt's snapshot and its finished cache
-    cold, cold_cached, _ = run_turns(model_dir, [second], cache_bytes=0)
+    cold_logprobs: list = [{}]
+    cold, cold_cached, _ = run_turns(model_dir, [second], cache_bytes=0, logprobs=cold_logprobs)
     assert cold_cached[0] == {0: 0, 1: 0}
     assert tokens[1] == cold[0]
+    assert_same_distributions(warm_logprobs[1], cold_logprobs[0])
 
 
 def test_a_turn_that_extends_the_generated_answer_is_served_from_the_finished_cache(model_dir,
@@ -270,3 +291,45 @@ def test_without_a_prompt_cache_nothing_is_kept(model_dir, loaded):
     prompt = chat(tokenizer, ["Reply with: quartz"], [])
     _, cached, entries = run_turns(model_dir, [[prompt], [prompt]], cache_bytes=0)
     assert cached == [{0: 0}, {0: 0}] and entries == [0, 0]
+
+
+# mlx-lm 0.32's nemotron_h does not pass the batch's lengths to its SSM update (its
+# granitemoehybrid does): in a batched prefill the shorter prompts' state runs on through the
+# padding, so a batch of prompts of different lengths is inexact with or without the cache.
+UPSTREAM_PADDING_BUG = {"nemotron_h"}
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
+@pytest.mark.parametrize("architecture", sorted(hybrid.OTHER_ARCHITECTURES))
+def test_every_hybrid_family_is_served_from_its_snapshot(architecture, batched, tmp_path,
+                                                         loaded, request):
+    """mlx-lm's other hybrid classes (Mamba-2, short-convolution, delta-net and Kimi delta
+    attention layers beside attention, Falcon-H1's two caches per layer): the next turn is
+    served from the prompt's snapshot, and greedy decoding sees the distributions of a cold
+    engine, one prompt at a time and two of different lengths batched."""
+    if batched and architecture in UPSTREAM_PADDING_BUG:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="mlx-lm: SSM state runs "
+                                              "through a batch's padding"))
+    _, tokenizer = loaded   # the same tokenizer and template in every fixture
+    family = hybrid.build(tmp_path / architecture, architecture=architecture)
+    assert untrimmable(load(str(family))[0], lambda: None)
+    first = [chat(tokenizer, ["Reply with: quartz"], []),
+             chat(tokenizer, ["Reply with: ember lotus kelp"], [])]
+    second = [chat(tokenizer, ["Reply with: quartz", "And: cobalt"], ["quartz"]),
+              chat(tokenizer, ["Reply with: ember lotus kelp", "And: dune"], ["ember"])]
+    generation_prompt = len(tokenizer.encode("<|im_start|>assistant\n<think>\n",
+                                             add_special_tokens=False))
+    group = (lambda prompts: [prompts]) if batched else (lambda prompts: [[p] for p in prompts])
+    turns = group(first) + group(second)
+    warm_logprobs: list = [{} for _ in turns]
+    tokens, cached, _ = run_turns(family, turns, logprobs=warm_logprobs)
+    cold_turns = group(second)
+    cold_logprobs: list = [{} for _ in cold_turns]
+    cold, _, _ = run_turns(family, cold_turns, cache_bytes=0, logprobs=cold_logprobs)
+    later = range(len(turns) - len(cold_turns), len(turns))   # the warm run's second turns
+    for warm_turn, cold_turn in zip(later, range(len(cold_turns))):
+        for uid, prompt in enumerate(turns[warm_turn]):
+            served_from = first[second.index(prompt)]
+            assert cached[warm_turn][uid] == len(served_from) - generation_prompt
+        assert tokens[warm_turn] == cold[cold_turn]
+        assert_same_distributions(warm_logprobs[warm_turn], cold_logprobs[cold_turn])
