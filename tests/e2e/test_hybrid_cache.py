@@ -97,3 +97,38 @@ def test_a_prompt_cache_key_keeps_its_own_snapshots(cached_server):
     """Snapshots live in the request's namespace like any entry."""
     first, second = chain(cached_server, ASKS[:2], prompt_cache_key="hybrid-team")
     assert cached(first) == 0 and cached(second) > 0
+
+
+def sliding_model(kind: str, directory):
+    if kind == "gpt_oss":
+        from ..fixtures import gpt_oss
+
+        return gpt_oss.build_gpt_oss(directory / kind)
+    from ..fixtures import families
+
+    return families.build(families.FAMILIES[kind], directory / kind)
+
+
+@pytest.mark.parametrize("kind", ["gpt_oss", "function_gemma"])
+def test_a_chain_past_a_sliding_window_is_served_from_the_cache(kind, tmp_path):
+    """Sliding-window layers (gpt-oss: 128 tokens, harmony rendered by triode; Gemma 3: 64)
+    cannot be trimmed once wrapped, and these templates do not render the answer back as it
+    was generated: on main the next turn reused nothing. Now it reuses the previous prompt to
+    its last message's end, and answers as a server without a prompt cache."""
+    model_dir = sliding_model(kind, tmp_path)
+    runs = {}
+    for name, flags in (("warm", []), ("cold", ["--prompt-cache-bytes", "0"])):
+        with run_server("--model", str(model_dir), *flags) as server:
+            client = server.client()
+            responses, previous = [], None
+            for ask in ASKS[:2]:
+                more = {"previous_response_id": previous} if previous else {}
+                r = client.responses.create(model=kind, instructions=INSTRUCTIONS, input=ask,
+                                            max_output_tokens=12, temperature=0, **more)
+                responses.append(r)
+                previous = r.id
+            runs[name] = responses
+    first, second = runs["warm"]
+    assert first.usage.input_tokens > 128 and cached(first) == 0
+    assert 0 < cached(second) < first.usage.input_tokens
+    assert [generated(r) for r in runs["warm"]] == [generated(r) for r in runs["cold"]]

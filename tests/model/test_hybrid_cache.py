@@ -10,10 +10,10 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from ..fixtures import hybrid  # noqa: E402
-from triode.model.engine import Engine, Insert, StepOutput, untrimmable  # noqa: E402
+from triode.model.engine import Engine, Insert, StepOutput, sequence_cache  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
-from triode.model.prompt_cache import (PromptCache, snapshot_point,  # noqa: E402
-                                       turn_close)
+from triode.model.prompt_cache import (PromptCache, needs_snapshots,  # noqa: E402
+                                       snapshot_point, turn_close)
 from triode.model.request import GenerationRequest, Sampling  # noqa: E402
 
 GREEDY = Sampling(temperature=0.0)
@@ -76,9 +76,14 @@ def test_turn_close_of_a_template_that_refuses_the_probe_is_unknown():
     assert turn_close(Refusing()) == ()
 
 
-def test_only_models_with_recurrent_layers_take_snapshots(loaded):
-    assert untrimmable(loaded[0], lambda: None)
-    assert not untrimmable(load(str(BUNDLED_PATH))[0], lambda: None)
+def test_only_models_with_untrimmable_layers_take_snapshots(loaded):
+    """Recurrent layers, and sliding windows (they cannot be trimmed once they wrap)."""
+    from triode.model.window import window_caches
+
+    assert needs_snapshots(sequence_cache(loaded[0], lambda: None))
+    bundled = load(str(BUNDLED_PATH))[0]
+    assert not needs_snapshots(sequence_cache(bundled, lambda: None))
+    assert needs_snapshots(sequence_cache(bundled, lambda: window_caches(bundled, 64)))
 
 
 # ---- what a prompt is served from -----------------------------------------------------------
@@ -168,7 +173,7 @@ class Done(Exception):
 
 def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 << 30,
               max_tokens: int = 12, stopped: list | None = None,
-              logprobs: list[dict[int, list[list[float]]]] | None = None
+              logprobs: list[dict[int, list[list[float]]]] | None = None, **engine_flags
               ) -> tuple[list[dict[int, list[int]]], list[dict[int, int]], list[int]]:
     """Runs `turns` on one engine: each turn's prompts are inserted together once the previous
     turn's sequences have all finished. Returns per turn each prompt's generated tokens (the
@@ -176,7 +181,7 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
     each turn; `stopped` collects the stop tokens, `logprobs` (one dict per turn) each
     token's log-probability and its 4 best alternatives'."""
     engine = Engine(str(model_dir), parallel=4, context_length=None,
-                    prompt_cache_bytes=cache_bytes)
+                    prompt_cache_bytes=cache_bytes, **engine_flags)
     tokens: list[dict[int, list[int]]] = [{} for _ in turns]
     cached: list[dict[int, int]] = [{} for _ in turns]
     entries: list[int] = []
@@ -312,7 +317,7 @@ def test_every_hybrid_family_is_served_from_its_snapshot(architecture, batched, 
                                               "through a batch's padding"))
     _, tokenizer = loaded   # the same tokenizer and template in every fixture
     family = hybrid.build(tmp_path / architecture, architecture=architecture)
-    assert untrimmable(load(str(family))[0], lambda: None)
+    assert needs_snapshots(sequence_cache(load(str(family))[0], lambda: None))
     first = [chat(tokenizer, ["Reply with: quartz"], []),
              chat(tokenizer, ["Reply with: ember lotus kelp"], [])]
     second = [chat(tokenizer, ["Reply with: quartz", "And: cobalt"], ["quartz"]),
@@ -333,3 +338,44 @@ def test_every_hybrid_family_is_served_from_its_snapshot(architecture, batched, 
             assert cached[warm_turn][uid] == len(served_from) - generation_prompt
         assert tokens[warm_turn] == cold[cold_turn]
         assert_same_distributions(warm_logprobs[warm_turn], cold_logprobs[cold_turn])
+
+
+# ---- sliding windows ------------------------------------------------------------------------
+
+
+def sliding_model(kind: str, tmp_path):
+    """(model directory, engine flags) of a model with sliding-window layers."""
+    if kind == "gemma4":   # sliding layers of 64 beside full ones
+        from ..fixtures import families
+
+        return families.build(families.FAMILIES["gemma4"], tmp_path / kind), {}
+    if kind == "gpt_oss":   # sliding layers of 128 beside full ones
+        from ..fixtures import gpt_oss
+
+        return gpt_oss.build_gpt_oss(tmp_path / kind), {}
+    return BUNDLED_PATH, {"attention_window": 64}   # --attention-window: every layer
+
+
+@pytest.mark.parametrize("kind", ["gemma4", "gpt_oss", "attention_window"])
+def test_a_wrapped_sliding_window_is_served_from_its_snapshot(kind, tmp_path):
+    """A rotating cache past its window cannot be trimmed back either: a next turn that
+    branches off before the end of the last one (here: at the snapshot point, with new
+    tokens after it) is served from the snapshot, and decodes as a cold engine does."""
+    model_dir, flags = sliding_model(kind, tmp_path)
+    _, tokenizer = load(str(model_dir))
+    words = tokenizer.encode(" ".join(["amber kite violet river copper lantern"] * 60),
+                             add_special_tokens=False)
+    close = turn_close(tokenizer)
+    first = list(words[:300]) + list(close) + list(words[:5])
+    point = snapshot_point(first, 0, close)
+    assert point is not None and point > 128    # past every window
+    second = first[:point] + list(words[100:140])
+    warm_logprobs: list = [{}, {}]
+    tokens, cached, _ = run_turns(model_dir, [[first], [second]], logprobs=warm_logprobs,
+                                  **flags)
+    assert cached[1] == {0: point}
+    cold_logprobs: list = [{}]
+    cold, _, _ = run_turns(model_dir, [[second]], cache_bytes=0, logprobs=cold_logprobs,
+                           **flags)
+    assert tokens[1] == cold[0]
+    assert_same_distributions(warm_logprobs[1], cold_logprobs[0])

@@ -21,7 +21,8 @@ import attrs
 from . import blas
 from .loading import LoadOptions, ModelInfo, describe, load
 from .pacing import PrefillPacer
-from .prompt_cache import PROMPT_CACHE_KEY, PromptCache, snapshot_point, turn_close
+from .prompt_cache import (PROMPT_CACHE_KEY, PromptCache, needs_snapshots, snapshot_point,
+                           turn_close)
 from .request import GenerationRequest, Sampling
 from .window import window_caches
 
@@ -182,12 +183,11 @@ class _Sequence:
                                      # its untrimmable cache is kept too
 
 
-def untrimmable(model: Any, new_cache: Callable[[], Any]) -> bool:
-    """Whether a new sequence's cache has layers that cannot be trimmed back to an earlier
-    token (recurrent state beside the attention layers' KV caches)."""
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+def sequence_cache(model: Any, new_cache: Callable[[], Any]) -> list[Any]:
+    """A new sequence's cache: `new_cache`'s, or mlx-lm's for the model."""
+    from mlx_lm.models.cache import make_prompt_cache
 
-    return not can_trim_prompt_cache(new_cache() or make_prompt_cache(model))
+    return list(new_cache() or make_prompt_cache(model))
 
 
 class Engine:
@@ -238,10 +238,12 @@ class Engine:
 
             speculative.install(generator)   # one StepOutput per token still, in order
         cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
-        # Recurrent layers' state cannot be trimmed back: such a model's prompts are also kept
-        # where the next turn branches off (prompt_cache.snapshot_point); None: not needed.
-        close = turn_close(tokenizer) if cache is not None and untrimmable(model, new_cache) \
-            else None
+        # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
+        # prompts are also kept where the next turn branches off (prompt_cache.snapshot_point);
+        # None: not needed.
+        close = None
+        if cache is not None and needs_snapshots(sequence_cache(model, new_cache)):
+            close = turn_close(tokenizer)
         started(info, tokenizer)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record

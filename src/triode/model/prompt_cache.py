@@ -5,11 +5,13 @@ engine thread's alone (docs/architecture.md, "Prompt cache").
 Attention caches can be trimmed back to any earlier token, so one entry per finished
 sequence serves every prompt that shares any prefix with it. A model with recurrent layers
 (gated delta-net, Mamba: mlx-lm's `ArraysCache` beside its `KVCache`s) holds state that
-cannot be rewound: an entry serves only prompts that extend it whole. For those caches the
-engine also keeps a snapshot where the next turn of a conversation will branch off: the end
-of the prompt's last message, before the generation prompt (`snapshot_point`), since the next
-turn's template renders this turn's answer after it, and not always as it was generated (a
-template that drops earlier turns' reasoning, or opens `<think>` in its generation prompt).
+cannot be rewound, and a sliding-window layer's `RotatingKVCache` cannot once it has wrapped
+around: such an entry serves only prompts that extend it whole. For those models
+(`needs_snapshots`) the engine also keeps a snapshot where the next turn of a conversation
+will branch off: the end of the prompt's last message, before the generation prompt
+(`snapshot_point`), since the next turn's template renders this turn's answer after it, and
+not always as it was generated (a template that drops earlier turns' reasoning, or opens
+`<think>` in its generation prompt).
 """
 
 from __future__ import annotations
@@ -95,6 +97,19 @@ class PromptCache:
 
     def __len__(self) -> int:
         return len(self._lru)
+
+
+def needs_snapshots(caches: Sequence[Any]) -> bool:
+    """Whether a new sequence's caches (one per layer) have a layer that cannot be trimmed
+    back to an earlier token, now (recurrent state) or once it fills (a sliding window)."""
+    from mlx_lm.models.cache import CacheList, RotatingKVCache
+
+    def layers(c: Any) -> list[Any]:
+        return [x for inner in c.caches for x in layers(inner)] if isinstance(c, CacheList) \
+            else [c]
+
+    return any(isinstance(c, RotatingKVCache) or not c.is_trimmable()
+               for cache in caches for c in layers(cache))
 
 
 def turn_close(tokenizer: Any) -> tuple[int, ...]:
