@@ -225,9 +225,11 @@ class Database:
             return result
 
     def ping(self) -> None:
-        """Raises StoreUnavailable unless a write transaction can start now (the database
-        is not locked out by another process)."""
-        self.write(lambda conn, now: None, None)
+        """Raises StoreUnavailable unless a small write commits now: the database is not
+        locked out by another process and its disk is not full (a stored create asks
+        first, so that it is refused before any generation)."""
+        self.write(lambda conn, now: conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('ping', ?)", (repr(now),)), None)
 
 
 def _statements(script: str) -> list[str]:
