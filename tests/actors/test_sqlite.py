@@ -209,3 +209,34 @@ def test_the_board_polls_cancels_only_for_their_owner(tmp_path):
     assert board_b.events("resp_1", first[0][0]) == first[1:]
     assert board_b.release("resp_1") and not board_a.release("resp_1")
     assert board_a.jobs() == []
+
+
+
+def test_a_lock_met_while_switching_to_wal_is_retried(tmp_path, monkeypatch):
+    """Workers starting together on a new file can meet in the switch to WAL mode, where
+    SQLite answers 'database is locked' at once instead of waiting: open retries it within
+    the busy timeout (seen as 14% of concurrent opens failing before)."""
+    import triode.actors.sqlite as module
+
+    real_connect = sqlite3.connect
+    refusals = iter([True, True, False])
+
+    class MetAnotherOpener:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._conn = conn
+
+        def execute(self, sql: str, *args):
+            if sql.startswith("PRAGMA journal_mode") and next(refusals, False):
+                raise sqlite3.OperationalError("database is locked")
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name: str):
+            return getattr(self._conn, name)
+
+    monkeypatch.setattr(module.sqlite3, "connect",
+                        lambda *a, **kw: MetAnotherOpener(real_connect(*a, **kw)))
+    db = Database(str(tmp_path / "s.db"))
+    db.open()
+    assert next(refusals, "done") == "done"
+    SqliteEntries(db, "r", max_entries=1, max_bytes=100, ttl_secs=0).put("a", [b"1"], None,
+                                                                           size=3)

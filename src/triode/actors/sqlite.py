@@ -139,24 +139,20 @@ class Database:
                                    isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise SqliteOpenError(self._open_failure(exc)) from None
+        # Processes opening a new file at once (hypercorn's workers) can meet in the switch
+        # to WAL, where SQLite answers "locked" at once instead of waiting: retried.
+        deadline = time.monotonic() + self._busy_timeout
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise SqliteOpenError(f"cannot use WAL mode on {self.path!r} (got {mode})")
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            if self.synchronous == "full":      # macOS: an fsync that reaches the disk
-                conn.execute("PRAGMA fullfsync=ON")
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _statements(SCHEMA):
-                conn.execute(statement)
-            found = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
-            if found is None:
-                conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(found[0]) != SCHEMA_VERSION:
-                conn.execute("ROLLBACK")
-                raise SqliteOpenError(f"{self.path!r} has schema version {found[0]}, this "
-                                      f"triode uses {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
+            while True:
+                try:
+                    self._prepare(conn)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    time.sleep(0.02)
         except SqliteOpenError:
             conn.close()
             raise
@@ -165,10 +161,30 @@ class Database:
             raise SqliteOpenError(self._open_failure(exc)) from None
         self._conn = conn
 
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """WAL mode, the synchronous setting and the schema (created, or checked)."""
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise SqliteOpenError(f"cannot use WAL mode on {self.path!r} (got {mode})")
+        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+        if self.synchronous == "full":      # macOS: an fsync that reaches the disk
+            conn.execute("PRAGMA fullfsync=ON")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in _statements(SCHEMA):
+            conn.execute(statement)
+        found = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+        if found is None:
+            conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif int(found[0]) != SCHEMA_VERSION:
+            conn.execute("ROLLBACK")
+            raise SqliteOpenError(f"{self.path!r} has schema version {found[0]}, this "
+                                  f"triode uses {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+
     def _open_failure(self, exc: sqlite3.Error) -> str:
         text = str(exc)
         parent = str(Path(self.path).parent) or "."
-        if "locked" in text or "busy" in text:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
             return (f"the database {self.path!r} is locked by another process (gave up after "
                     f"{self._busy_timeout:g} s)")
         if "not a database" in text:
@@ -221,7 +237,7 @@ class Database:
                 if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
                     raise
                 text = str(exc)
-                if "locked" in text or "busy" in text:
+                if _is_busy(exc):
                     self._busy_until = time.monotonic() + BUSY_BACKOFF_SECS
                 raise StoreUnavailable(f"the store (SQLite) is unavailable: {text}") from None
             return result
@@ -232,6 +248,12 @@ class Database:
         first, so that it is refused before any generation)."""
         self.write(lambda conn, now: conn.execute(
             "INSERT OR REPLACE INTO meta VALUES ('ping', ?)", (repr(now),)), None)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _statements(script: str) -> list[str]:
