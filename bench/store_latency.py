@@ -1,29 +1,35 @@
 #!/usr/bin/env python
-"""What a Redis store adds to a request: in-memory vs `--store redis://`, in one run.
+"""What a shared or durable store adds to a request: in-memory vs `--store redis://` vs
+`--store sqlite:///` (synchronous=normal, the default, and synchronous=full), in one run.
 
-    .venv/bin/python bench/store_latency.py [--redis redis://127.0.0.1:6379/0] [--n 200]
+    .venv/bin/python bench/store_latency.py [--stores memory,redis,sqlite,sqlite-full]
+        [--redis redis://127.0.0.1:6379/0] [--sqlite-dir DIR] [--n 200]
 
-Two servers on the bundled model (one per store), the same requests to each, interleaved
-request by request so that machine noise falls on both alike: a stored create
-(`max_output_tokens` 2, not streamed), a GET of it, and a chained create
-(`previous_response_id`, which reads the stored chain). Prints the p50 and p90 of each, the
-difference and the ratio Redis / memory. The Redis keys live under a fresh prefix, deleted at
-the end.
+One server on the bundled model per store, the same requests to each, interleaved request by
+request so that machine noise falls on all alike: a stored create (`max_output_tokens` 2, not
+streamed), a GET of it, and a chained create (`previous_response_id`, which reads the stored
+chain). Prints the p50 and p90 of each per store, and each store's p50 added to memory's. The
+Redis keys live under a fresh prefix, deleted at the end; the SQLite files in a fresh
+directory under --sqlite-dir (default: the system's temporary directory; the fsync cost of
+synchronous=full depends on that disk), removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
 import httpx
 
 MODEL = "triode-tiny"
+KINDS = ("create", "get", "chained")
 
 
 def start(*flags: str) -> tuple[subprocess.Popen[str], str]:
@@ -48,14 +54,23 @@ def timed(client: httpx.Client, method: str, path: str, **kw: object) -> tuple[f
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--stores", default="memory,redis,sqlite,sqlite-full")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--sqlite-dir", default=None)
     p.add_argument("--n", type=int, default=200)
     args = p.parse_args()
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    servers = {"memory": start(), "redis": start("--store", args.redis, "--store-prefix", prefix)}
+    directory = tempfile.mkdtemp(prefix="triode-bench-", dir=args.sqlite_dir)
+    flags = {
+        "memory": (),
+        "redis": ("--store", args.redis, "--store-prefix", prefix),
+        "sqlite": ("--store", f"sqlite:///{directory}/normal.db"),
+        "sqlite-full": ("--store", f"sqlite:///{directory}/full.db?synchronous=full"),
+    }
+    names = ["memory", *(n for n in args.stores.split(",") if n != "memory")]
+    servers = {name: start(*flags[name]) for name in names}
     clients = {name: httpx.Client(base_url=url, timeout=60) for name, (_, url) in servers.items()}
-    times: dict[str, dict[str, list[float]]] = {n: {"create": [], "get": [], "chained": []}
-                                                for n in servers}
+    times: dict[str, dict[str, list[float]]] = {n: {k: [] for k in KINDS} for n in servers}
     body = {"model": MODEL, "input": "Reply with: amber 77 kite", "max_output_tokens": 2}
     try:
         for i in range(args.n + 20):   # the first 20 warm up
@@ -65,28 +80,32 @@ def main() -> int:
                 t_chain, _ = timed(client, "POST", "/v1/responses",
                                    json={**body, "previous_response_id": created["id"]})
                 if i >= 20:
-                    for kind, t in (("create", t_create), ("get", t_get), ("chained", t_chain)):
+                    for kind, t in zip(KINDS, (t_create, t_get, t_chain)):
                         times[name][kind].append(t)
-        print(f"{args.n} of each, interleaved; milliseconds")
-        print(f"{'request':10s} {'memory p50':>11s} {'redis p50':>10s} {'+ms':>7s} "
-              f"{'ratio':>6s} {'memory p90':>11s} {'redis p90':>10s}")
-        for kind in ("create", "get", "chained"):
-            m, r = times["memory"][kind], times["redis"][kind]
-            m50, r50 = statistics.median(m) * 1e3, statistics.median(r) * 1e3
-            m90 = statistics.quantiles(m, n=10)[-1] * 1e3
-            r90 = statistics.quantiles(r, n=10)[-1] * 1e3
-            print(f"{kind:10s} {m50:11.2f} {r50:10.2f} {r50 - m50:+7.2f} {r50 / m50:6.2f} "
-                  f"{m90:11.2f} {r90:10.2f}")
+        print(f"{args.n} of each, interleaved; milliseconds (p50, p90, p50 added to memory's)")
+        print(f"{'request':10s} " + " ".join(f"{n + ' p50':>16s} {'p90':>7s} {'+ms':>6s}"
+                                              for n in names))
+        for kind in KINDS:
+            base = statistics.median(times["memory"][kind]) * 1e3
+            cells = []
+            for name in names:
+                got = times[name][kind]
+                p50 = statistics.median(got) * 1e3
+                p90 = statistics.quantiles(got, n=10)[-1] * 1e3
+                cells.append(f"{p50:16.2f} {p90:7.2f} {p50 - base:+6.2f}")
+            print(f"{kind:10s} " + " ".join(cells))
     finally:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(20)
-        import redis
+        shutil.rmtree(directory, ignore_errors=True)
+        if "redis" in names:
+            import redis
 
-        client = redis.Redis.from_url(args.redis)
-        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+            client = redis.Redis.from_url(args.redis)
+            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)
     return 0
 
 

@@ -19,6 +19,39 @@ from .errors import SettingsError
 
 BUNDLED_MODEL = "bundled"
 STORE_SCHEMES = ("redis://", "rediss://", "unix://")
+SQLITE_SCHEME = "sqlite:///"
+SQLITE_SYNCHRONOUS = ("normal", "full")
+
+
+@attrs.frozen
+class SqliteLocation:
+    """Where `--store sqlite:///PATH` puts its database, as SQLAlchemy reads the URL
+    (`sqlite:///relative.db`, `sqlite:////absolute/path.db`), and its `?synchronous=`."""
+
+    path: str
+    synchronous: str = "normal"
+
+
+def sqlite_location(store: str) -> SqliteLocation | None:
+    """The SQLite database a `--store` value names; None for another kind of store. A
+    malformed `sqlite:` URL is a SettingsError naming the flag."""
+    if not store.startswith("sqlite:"):
+        return None
+    usage = ("--store sqlite: use sqlite:///relative/path.db or sqlite:////absolute/path.db "
+             f"(got {store!r})")
+    if not store.startswith(SQLITE_SCHEME):
+        raise SettingsError(usage)
+    path, _, query = store[len(SQLITE_SCHEME):].partition("?")
+    if not path or path.endswith("/"):
+        raise SettingsError(usage)
+    synchronous = "normal"
+    for pair in filter(None, query.split("&")):
+        name, _, value = pair.partition("=")
+        if name != "synchronous" or value.lower() not in SQLITE_SYNCHRONOUS:
+            raise SettingsError(f"--store: the only SQLite option is synchronous="
+                                f"{'|'.join(SQLITE_SYNCHRONOUS)} (got {pair!r})")
+        synchronous = value.lower()
+    return SqliteLocation(path, synchronous)
 
 
 @attrs.frozen
@@ -146,11 +179,14 @@ class Settings:
         env=("MLXCEL_REASONING_ECHO_MAX_BYTES",))
     store: str = flag(
         "memory", "where stored responses, conversations, background jobs and the reasoning "
-        "echo live: `memory` (this process) or `redis://host:port/db` (also `rediss://`, "
-        "`unix://`; Valkey too), shared by every worker and replica that names it")
+        "echo live: `memory` (this process, lost at a restart), `sqlite:///PATH` (a file "
+        "that survives restarts, shared by the processes of one machine; `sqlite:////abs/"
+        "path.db` for an absolute path, `?synchronous=full` to survive power loss too) or "
+        "`redis://host:port/db` (also `rediss://`, `unix://`; Valkey too), shared by every "
+        "worker and replica that names it")
     store_prefix: str = flag(
-        "triode", "the key prefix of a Redis store: deployments sharing one Redis with "
-        "different prefixes share nothing")
+        "triode", "the key prefix of a Redis or SQLite store: deployments sharing one Redis "
+        "(or one file) with different prefixes share nothing")
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -158,9 +194,14 @@ class Settings:
             problems.append(f"--port must be between 0 and 65535 (got {self.port})")
         if self.parallel < 1:
             problems.append(f"--parallel must be at least 1 (got {self.parallel})")
-        if self.store != "memory" and not self.store.startswith(STORE_SCHEMES):
-            problems.append(f"--store must be `memory` or a URL starting with "
-                            f"{', '.join(STORE_SCHEMES)} (got {self.store!r})")
+        if self.store.startswith("sqlite:"):
+            try:
+                sqlite_location(self.store)
+            except SettingsError as exc:
+                problems.append(str(exc))
+        elif self.store != "memory" and not self.store.startswith(STORE_SCHEMES):
+            problems.append(f"--store must be `memory`, `sqlite:///PATH` or a URL starting "
+                            f"with {', '.join(STORE_SCHEMES)} (got {self.store!r})")
         if not self.write_timeout > 0:
             problems.append(f"--write-timeout must be more than 0 (got {self.write_timeout})")
         if self.kv_bits not in (0, 4, 8):

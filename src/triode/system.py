@@ -3,7 +3,8 @@
     start_actors(settings)          started in the caller's nursery
     ├── ModelActor (+ engine thread)
     ├── Registry (+ one Supervisor per live response)
-    ├── ResponseStore, ConversationStore, ReasoningEchoStore
+    ├── ResponseStore, ConversationStore, ReasoningEchoStore (over the --store backend)
+    ├── JobBoard (a shared store: Redis or SQLite) and the reaper of stopped processes' jobs
     └── → Handles: the actors' handles, the turn service and the conversation service,
           for the HTTP layer
 
@@ -11,8 +12,10 @@
 (`hypercorn --worker-class trio 'triode.http.app:create_app()'`) the app's lifespan starts
 it with settings from the environment.
 
-A start that cannot succeed (the `--model` path, a model that does not load) raises one
-`SettingsError` naming the flag, before the model loads when it can be known then. Once
+A start that cannot succeed (the `--model` path, a model that does not load, a SQLite
+`--store` that cannot be opened) raises one `SettingsError` naming the flag, before the model
+loads when it can be known then. With a shared store the server answers only once the jobs a
+restart interrupted are stored as failed. Once
 started the tree drains before it stops: cancelling `start_actors` (the end of the process)
 first has the registry wait up to `--shutdown-timeout` for the live responses and end the
 rest `failed`, so each gets its terminal event and is stored (docs/cancellation.md).
@@ -27,11 +30,12 @@ from pathlib import Path
 import attrs
 import trio
 
-from .actors.jobs import JobBoard, JobBoardHandle
+from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
 from .actors.model import ModelActor, ModelHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
+from .actors.sqlite import SqliteBoard, SqliteOpenError
 from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
-                           ReasoningEchoHandle, backend_for,
+                           ReasoningEchoHandle, SqliteBackend, backend_for,
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
@@ -93,9 +97,17 @@ def background_off(settings: Settings) -> str | None:
 
 
 async def open_store(settings: Settings) -> Backend:
-    """The stores' backend; a Redis one is pinged (unreachable: a warning, not a failure:
-    the store routes answer 503 until it comes back)."""
+    """The stores' backend. A SQLite database is opened (created if needed): one that cannot
+    be is a SettingsError naming --store. A Redis one is pinged (unreachable: a warning, not
+    a failure: the store routes answer 503 until it comes back)."""
     backend = backend_for(settings.store, settings.store_prefix)
+    if isinstance(backend, SqliteBackend):
+        try:
+            await trio.to_thread.run_sync(backend.db.open)
+        except SqliteOpenError as exc:
+            raise SettingsError(f"--store {settings.store}: {exc}") from None
+        log.info("store: %s (%s, synchronous=%s, prefix %r)", settings.store,
+                 backend.db.path, backend.db.synchronous, settings.store_prefix)
     if isinstance(backend, RedisBackend):
         try:
             await trio.to_thread.run_sync(backend.ping)
@@ -213,45 +225,64 @@ async def _start_tree(settings: Settings, *,
     """The actors in one nursery; reports their Handles once every one has started."""
     blas = preload_blas(settings.blas)
     log.info("BLAS in use: %s", blas)
-    async with trio.open_nursery() as nursery:
-        model = await load_model(nursery, settings)
-        registry: RegistryHandle = await nursery.start(Registry(
-            background_max_jobs=settings.responses_background_max_jobs).run)
-        backend = await open_store(settings)
-        responses: ResponseStoreHandle = await nursery.start(ResponseStore(
-            max_entries=settings.responses_store_max_entries,
-            max_bytes=settings.responses_store_max_bytes,
-            ttl_secs=settings.responses_store_ttl_secs,
-            ephemeral_ttl_secs=settings.responses_background_ephemeral_ttl_secs,
-            backend=backend).run)
-        conversations: ConversationStoreHandle = await nursery.start(ConversationStore(
-            max_entries=settings.conversation_store_max_entries,
-            max_bytes=settings.conversation_store_max_bytes,
-            ttl_secs=settings.conversation_store_ttl_secs, backend=backend).run)
-        # The reasoning echo exists for the prompt cache: off with it (docs/configuration.md).
-        echo: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
-            max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
-            backend=backend).run)
-        info = model.info
-        log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
-                 info.path, info.context_length, settings.parallel,
-                 "n/a" if info.blas_threads is None else info.blas_threads)
-        refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
-        log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "
-                 "docs/models.md says)", info.path, info.tool_format,
-                 " ... ".join(info.think) if info.reasoning else "none",
-                 ", ".join(refused) or "no role")
-        names = model_names(settings, info.path)
-        board: JobBoardHandle | None = None
-        if isinstance(backend, RedisBackend):   # background jobs seen by every process
-            board = await nursery.start(JobBoard(backend.client, backend.prefix, registry).run)
-        turns = Turns(model=model, registry=registry, responses=responses,
-                      conversations=conversations, echo=echo, model_names=names,
-                      hosted_tools=settings.hosted_tools,
-                      background_off=background_off(settings), board=board,
-                      prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
-        nursery.start_soon(turns.reap)
-        task_status.started(Handles(
-            turns=turns, model=model, registry=registry, responses=responses,
-            conversations=conversations, echo=echo, model_names=names, blas=blas,
-            conversations_api=Conversations(conversations), api_key=settings.api_key))
+    backend = await open_store(settings)     # before the model loads: a bad --store fails fast
+    try:
+        async with trio.open_nursery() as nursery:
+            await _start_actors_on(nursery, settings, backend, blas, task_status)
+    finally:
+        backend.close()
+
+
+def job_board(backend: Backend) -> Board | None:
+    """The job board of a shared store (background jobs seen by every process), if any."""
+    if isinstance(backend, RedisBackend):
+        return RedisBoard(backend.client, backend.prefix)
+    if isinstance(backend, SqliteBackend):
+        return SqliteBoard(backend.db, backend.prefix)
+    return None
+
+
+async def _start_actors_on(nursery: trio.Nursery, settings: Settings, backend: Backend,
+                           blas: str, task_status: trio.TaskStatus[Handles]) -> None:
+    """The actors in `nursery`; reports their Handles once every one has started."""
+    model = await load_model(nursery, settings)
+    registry: RegistryHandle = await nursery.start(Registry(
+        background_max_jobs=settings.responses_background_max_jobs).run)
+    responses: ResponseStoreHandle = await nursery.start(ResponseStore(
+        max_entries=settings.responses_store_max_entries,
+        max_bytes=settings.responses_store_max_bytes,
+        ttl_secs=settings.responses_store_ttl_secs,
+        ephemeral_ttl_secs=settings.responses_background_ephemeral_ttl_secs,
+        backend=backend).run)
+    conversations: ConversationStoreHandle = await nursery.start(ConversationStore(
+        max_entries=settings.conversation_store_max_entries,
+        max_bytes=settings.conversation_store_max_bytes,
+        ttl_secs=settings.conversation_store_ttl_secs, backend=backend).run)
+    # The reasoning echo exists for the prompt cache: off with it (docs/configuration.md).
+    echo: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
+        max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
+        backend=backend).run)
+    info = model.info
+    log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
+             info.path, info.context_length, settings.parallel,
+             "n/a" if info.blas_threads is None else info.blas_threads)
+    refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
+    log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "
+             "docs/models.md says)", info.path, info.tool_format,
+             " ... ".join(info.think) if info.reasoning else "none",
+             ", ".join(refused) or "no role")
+    names = model_names(settings, info.path)
+    board: JobBoardHandle | None = None
+    shared = job_board(backend)
+    if shared is not None:
+        board = await nursery.start(JobBoard(shared, registry).run)
+    turns = Turns(model=model, registry=registry, responses=responses,
+                  conversations=conversations, echo=echo, model_names=names,
+                  hosted_tools=settings.hosted_tools,
+                  background_off=background_off(settings), board=board,
+                  prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
+    await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
+    task_status.started(Handles(
+        turns=turns, model=model, registry=registry, responses=responses,
+        conversations=conversations, echo=echo, model_names=names, blas=blas,
+        conversations_api=Conversations(conversations), api_key=settings.api_key))

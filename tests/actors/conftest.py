@@ -1,4 +1,5 @@
-"""`budgeted`: the store policy's deterministic tests run on BudgetedMap and on RedisEntries."""
+"""`budgeted`: the store policy's deterministic tests run on BudgetedMap, on RedisEntries and
+on SqliteEntries; `sqlite_db`: a fresh SQLite store database."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from typing import Any, Callable, Iterable, Iterator
 import pytest
 
 from triode.actors.budget import BudgetedMap, BudgetStatistics, approx_json_bytes
-from triode.actors.entries import RedisEntries
+from triode.actors.entries import Entries, RedisEntries
+from triode.actors.sqlite import Database, SqliteEntries
 
 from ..conftest import REDIS_URL
 
 
-class JsonRedisMap:
-    """BudgetedMap's interface over RedisEntries, values as JSON: a put's value is one
-    element, an append's items are one element each."""
+class JsonEntriesMap:
+    """BudgetedMap's interface over RedisEntries or SqliteEntries, values as JSON: a put's
+    value is one element, an append's items are one element each."""
 
-    def __init__(self, entries: RedisEntries) -> None:
+    def __init__(self, entries: Entries) -> None:
         self.entries = entries
 
     def put(self, key: str, value: Any, now: float, *, pinned: bool = False,
@@ -72,15 +74,31 @@ def redis_client() -> Iterator[Any]:
     client.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture
+def sqlite_db(tmp_path: Any) -> Iterator[Database]:
+    """An opened database in a fresh file, closed at the end."""
+    db = Database(str(tmp_path / "store.db"))
+    db.open()
+    yield db
+    db.close()
+
+
+@pytest.fixture(params=["memory", "redis", "sqlite"])
 def budgeted(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """Makes a BudgetedMap, or the same policy in Redis under a fresh prefix."""
+    """Makes a BudgetedMap, or the same policy in Redis under a fresh prefix, or in a fresh
+    SQLite file."""
     if request.param == "memory":
         return BudgetedMap
+    made = iter(range(1_000))
+    if request.param == "sqlite":
+        db = request.getfixturevalue("sqlite_db")
+
+        def make_sqlite(**budgets: Any) -> JsonEntriesMap:
+            return JsonEntriesMap(SqliteEntries(db, f"s{next(made)}", **budgets))
+        return make_sqlite
     client = request.getfixturevalue("redis_client")
     prefix = request.getfixturevalue("redis_prefix")
-    made = iter(range(1_000))
 
-    def make(**budgets: Any) -> JsonRedisMap:
-        return JsonRedisMap(RedisEntries(client, f"{prefix}:{next(made)}", **budgets))
+    def make(**budgets: Any) -> JsonEntriesMap:
+        return JsonEntriesMap(RedisEntries(client, f"{prefix}:{next(made)}", **budgets))
     return make

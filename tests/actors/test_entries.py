@@ -1,9 +1,11 @@
-"""MemoryEntries and RedisEntries on the same random operations give identical answers.
+"""MemoryEntries, RedisEntries and SqliteEntries on the same random operations give identical
+answers.
 
-The Redis side runs the store policy as Lua scripts on a real Redis server; the memory side
-is BudgetedMap. Every answer, every read value and the statistics after every step must be
-equal, at budgets chosen to sit on the edges (0, 1, a few entries; byte budgets a few values
-wide; TTLs the clock steps cross exactly).
+The Redis side runs the store policy as Lua scripts on a real Redis server, the SQLite side
+as SQL transactions on a file; the memory side is BudgetedMap. Every answer, every read
+value and the statistics after every step must be equal, at budgets chosen to sit on the
+edges (0, 1, a few entries; byte budgets a few values wide; TTLs the clock steps cross
+exactly).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 from triode.actors.entries import MemoryEntries, RedisEntries
+from triode.actors.sqlite import SqliteEntries
 
 KEYS = ["a", "b", "c", "d"]
 ITEM_IDS = ["i1", "i2", "i3"]
@@ -61,29 +66,41 @@ def apply(entries: Any, op: tuple[Any, ...], now: float) -> Any:
     raise AssertionError(op)
 
 
+@pytest.fixture(params=["redis", "sqlite"])
+def shared_entries(request):
+    """Makes the shared backend's Entries under a fresh name (per hypothesis example)."""
+    if request.param == "redis":
+        client = request.getfixturevalue("redis_client")
+        prefix = request.getfixturevalue("redis_prefix")
+        return lambda **budgets: RedisEntries(client, f"{prefix}:{next(counter)}", **budgets)
+    db = request.getfixturevalue("sqlite_db")
+    return lambda **budgets: SqliteEntries(db, f"s{next(counter)}", **budgets)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(max_entries=st.sampled_from([3, 1, 0, 5]), max_bytes=st.sampled_from([120, 40, 0, 400]),
        ttl_secs=st.sampled_from([10, 5, 0]), ops=st.lists(operations, max_size=40))
-def test_redis_entries_answer_as_memory_entries(redis_client, redis_prefix, max_entries,
-                                                max_bytes, ttl_secs, ops):
+def test_shared_entries_answer_as_memory_entries(shared_entries, max_entries, max_bytes,
+                                                 ttl_secs, ops):
+    """Redis and SQLite: the same answers, values, statistics and next expiry as memory."""
     budgets = dict(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
     memory = MemoryEntries(**budgets)
-    redis = RedisEntries(redis_client, f"{redis_prefix}:{next(counter)}", **budgets)
+    shared = shared_entries(**budgets)
     now = 1000.0
     for step, op in enumerate(ops):
         if op[0] == "tick":
             now += op[1]
             continue
         expected = apply(memory, op, now)
-        got = apply(redis, op, now)
+        got = apply(shared, op, now)
         assert got == expected, (step, op, ops[:step])
-        assert redis.statistics() == memory.statistics(), (step, op)
-        assert redis.next_expiry() == memory.next_expiry(), (step, op)
+        assert shared.statistics() == memory.statistics(), (step, op)
+        assert shared.next_expiry() == memory.next_expiry(), (step, op)
     for k in KEYS:
-        assert redis.contains(k) == memory.contains(k)
-        assert redis.get(k, now) == memory.get(k, now)
-    redis.clear()
+        assert shared.contains(k) == memory.contains(k)
+        assert shared.get(k, now) == memory.get(k, now)
+    shared.clear()
 
 
 def test_server_clock_and_a_shared_store(redis_client, redis_prefix):

@@ -1,7 +1,10 @@
-"""`--store redis://`: several triode processes on one Redis serve any id, end to end.
+"""Shared stores: several triode processes on one Redis (`--store redis://`) or one SQLite
+file (`--store sqlite:///`) serve any id, end to end.
 
 Two real `triode serve` processes (and plain hypercorn with two workers) on the test Redis,
-each test under its own key prefix; the openai SDK talks to both.
+each test under its own key prefix, or on a fresh SQLite file; the openai SDK talks to
+both. The tests of a Redis that goes away are Redis's alone (SQLite's faults:
+test_sqlite_store.py).
 """
 
 from __future__ import annotations
@@ -25,16 +28,23 @@ from .test_spine import HOLD, MODEL, sse_events
 RECALL = "Repeat your first answer."
 
 
+@pytest.fixture(params=["redis", "sqlite"])
+def store(request, tmp_path) -> tuple[str, ...]:
+    """The --store flags of a fresh shared store: a Redis prefix, or a SQLite file."""
+    if request.param == "sqlite":
+        return ("--store", f"sqlite:///{tmp_path / 'store.db'}")
+    return ("--store", REDIS_URL, "--store-prefix", request.getfixturevalue("redis_prefix"))
+
+
 @contextlib.contextmanager
-def pair(prefix: str, *flags: str) -> Iterator[tuple[Server, Server]]:
-    store = ("--store", REDIS_URL, "--store-prefix", prefix, *flags)
-    with run_server(*store) as a, run_server(*store) as b:
+def pair(store: tuple[str, ...], *flags: str) -> Iterator[tuple[Server, Server]]:
+    with run_server(*store, *flags) as a, run_server(*store, *flags) as b:
         yield a, b
 
 
 @pytest.fixture
-def servers(redis_prefix):
-    with pair(redis_prefix) as both:
+def servers(store):
+    with pair(store) as both:
         yield both
 
 
@@ -93,10 +103,10 @@ def test_conversations_are_shared(servers):
         a.conversations.retrieve(conv.id)
 
 
-def test_budgets_hold_across_processes(redis_prefix):
+def test_budgets_hold_across_processes(store):
     """--responses-store-max-entries 3 on both: after 5 stores, alternating, exactly the 3
     most recent are readable from either process."""
-    with pair(redis_prefix, "--responses-store-max-entries", "3") as (sa, sb):
+    with pair(store, "--responses-store-max-entries", "3") as (sa, sb):
         a, b = sa.client(), sb.client()
         made = [(a, b)[i % 2].responses.create(model=MODEL, input=f"Reply with: w{i}")
                 for i in range(5)]
@@ -139,12 +149,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_hypercorn_with_two_workers(redis_prefix):
+def test_hypercorn_with_two_workers(store):
     """Plain hypercorn, two worker processes, one port: 20 GETs, 20 chained turns with their
     input_items, and 5 turns of one conversation, each over a fresh connection (spread over
     both workers), never miss."""
     port = free_port()
-    env = {**os.environ, "TRIODE_STORE": REDIS_URL, "TRIODE_STORE_PREFIX": redis_prefix}
+    env = {**os.environ, "TRIODE_STORE": store[1]}
+    if len(store) > 2:
+        env["TRIODE_STORE_PREFIX"] = store[3]
     proc = subprocess.Popen(
         [sys.executable, "-m", "hypercorn", "--worker-class", "trio", "--workers", "2",
          "--bind", f"127.0.0.1:{port}", "triode.http.app:create_app()"],
@@ -158,7 +170,9 @@ def test_hypercorn_with_two_workers(redis_prefix):
                     break
             except httpx.HTTPError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, "hypercorn did not start"
+            if proc.poll() is not None:
+                raise AssertionError("hypercorn exited:\n" + proc.stderr.read())
+            assert time.monotonic() < deadline, "hypercorn did not start"
             time.sleep(0.5)
         time.sleep(3)    # both workers loaded (the first healthy answer is from one)
 
@@ -237,12 +251,12 @@ def test_a_job_is_cancelled_from_the_other_process(servers):
     assert b.http.delete(f"/v1/responses/{job['id']}").status_code == 200
 
 
-def test_a_killed_process_s_job_ends_failed_within_the_lease(redis_prefix):
+def test_a_killed_process_s_job_ends_failed_within_the_lease(store):
     """The process running a job dies (SIGKILL): within the lease the other process stores it
     as failed, and a follower there gets response.failed."""
     from triode.actors.jobs import LEASE_SECS
 
-    with pair(redis_prefix) as (a, b):
+    with pair(store) as (a, b):
         job = a.http.post("/v1/responses", json=hold_job()).json()
         wait_until(lambda: b.http.get(f"/v1/responses/{job['id']}").json()["status"]
                    == "in_progress")

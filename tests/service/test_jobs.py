@@ -1,19 +1,23 @@
 """Jobs: unfinished responses refused as previous_response_id and for delete, cancel's
-answer, and the reaper failing an orphaned job."""
+answer, and the reaper failing an orphaned job (on Redis and on SQLite), at start too."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import trio
 
 from triode.responses.objects import plain
 
-from triode.actors.jobs import JobBoard
+from triode.actors.jobs import JobBoard, RedisBoard
+from triode.actors.sqlite import Database, SqliteBoard
 from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
 from triode.responses import history
 from triode.responses.builder import ResponseBuilder
-from triode.service.jobs import ORPHANED
+from triode.service.jobs import ORPHANED, RESTARTED
 
 from ..conftest import REDIS_URL
 from .conftest import FakeModel, request, start_service, statuses, until
@@ -78,44 +82,80 @@ async def test_cancel_of_an_unstored_response_answers_with_its_final_object(nurs
         await service.turns.stored(response_id)
 
 
-async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, redis_prefix):
-    """A job whose owning process's lease is gone is stored as `failed` with the orphan
-    error, and its event stream gets the closing response.failed."""
+@pytest.fixture(params=["redis", "sqlite"])
+def shared_board(request, tmp_path):
+    """A job board's state on the test Redis (a fresh prefix) or in a fresh SQLite file."""
+    if request.param == "sqlite":
+        db = Database(str(tmp_path / "board.db"))
+        db.open()
+        yield SqliteBoard(db, "t")
+        db.close()
+        return
     import redis
 
     client = redis.Redis.from_url(REDIS_URL)
-    try:
-        async with trio.open_nursery() as board_nursery:   # ends before the client closes
-            registry = await board_nursery.start(Registry().run)   # where its cancels go
-            board = await board_nursery.start(JobBoard(client, redis_prefix, registry,
-                                                       lease_secs=0.2).run)
-            service = await start_service(nursery, board=board)
-            plan, _ = await service.turns.prepare(request(background=True))
-            builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
-            builder.created()
-            builder.in_progress()
-            await service.responses.put("resp_orphan", history.record(builder.obj, []),
-                                        pinned=True)
-            for event in builder.events:
-                await board.add_event("resp_orphan", event)
-            client.set(board.key("job", "resp_orphan"), "a-process-that-stopped")
-            client.sadd(board.key("jobs"), "resp_orphan")
-            board_nursery.start_soon(service.turns.reap)
-            with trio.fail_after(10):
-                while (await service.responses.get("resp_orphan"))["response"]["status"] \
-                        != "failed":
-                    await trio.sleep(0.05)
-            record = await service.turns.stored("resp_orphan")
-            assert record["response"]["output"] == []
-            assert record["response"]["error"] == {"code": "server_error",
-                                                   "message": ORPHANED}
-            stored_events = await service.turns.stored_events("resp_orphan", -1)
-            assert statuses(stored_events) == ["response.created", "response.in_progress",
-                                               "response.failed"]
-            assert stored_events[-1]["sequence_number"] == 2
-            mirrored = [e for _, e in await board.events("resp_orphan")]
-            assert mirrored == stored_events
-            assert client.get(board.key("job", "resp_orphan")) is None
-            board_nursery.cancel_scope.cancel()
-    finally:
-        client.close()
+    yield RedisBoard(client, request.getfixturevalue("redis_prefix"))
+    client.close()
+
+
+async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board):
+    """A job whose owning process's lease is gone is stored as `failed` with the orphan
+    error, and its event stream gets the closing response.failed."""
+    async with trio.open_nursery() as board_nursery:   # ends before the client closes
+        registry = await board_nursery.start(Registry().run)   # where its cancels go
+        board = await board_nursery.start(JobBoard(shared_board, registry,
+                                                   lease_secs=0.2).run)
+        service = await start_service(nursery, board=board)
+        plan, _ = await service.turns.prepare(request(background=True))
+        builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
+        builder.created()
+        builder.in_progress()
+        await service.responses.put("resp_orphan", history.record(builder.obj, []),
+                                    pinned=True)
+        for event in builder.events:
+            await board.add_event("resp_orphan", event)
+        await board_nursery.start(service.turns.reap)   # past its start: leases decide
+        await board.claim("resp_orphan", owner="a-process-that-stopped")
+        with trio.fail_after(10):
+            while (await service.responses.get("resp_orphan"))["response"]["status"] \
+                    != "failed":
+                await trio.sleep(0.05)
+        record = await service.turns.stored("resp_orphan")
+        assert record["response"]["output"] == []
+        assert record["response"]["error"] == {"code": "server_error",
+                                               "message": ORPHANED}
+        stored_events = await service.turns.stored_events("resp_orphan", -1)
+        assert statuses(stored_events) == ["response.created", "response.in_progress",
+                                           "response.failed"]
+        assert stored_events[-1]["sequence_number"] == 2
+        mirrored = [e for _, e in await board.events("resp_orphan")]
+        assert mirrored == stored_events
+        assert await board.owner("resp_orphan") is None
+        board_nursery.cancel_scope.cancel()
+
+
+async def test_jobs_a_restart_interrupted_are_failed_before_reap_starts(nursery,
+                                                                      shared_board):
+    """At start, a job whose owner was a process of this machine that has exited is stored
+    failed, with the restart message, before `reap` reports started (before the server
+    answers), without waiting for the owner's lease to run out."""
+    from triode.actors.jobs import process_token
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    async with trio.open_nursery() as board_nursery:
+        registry = await board_nursery.start(Registry().run)
+        board = await board_nursery.start(JobBoard(shared_board, registry).run)
+        service = await start_service(nursery, board=board)
+        plan, _ = await service.turns.prepare(request(background=True))
+        builder = ResponseBuilder("resp_cut", plan.echo, background=True)
+        builder.created()
+        await service.responses.put("resp_cut", history.record(builder.obj, []), pinned=True)
+        await trio.to_thread.run_sync(shared_board.heartbeat, "old-process",
+                                      process_token(dead.pid), 60.0)   # its lease runs on
+        await board.claim("resp_cut", owner="old-process")
+        await board_nursery.start(service.turns.reap)
+        record = await service.turns.stored("resp_cut")
+        assert record["response"]["status"] == "failed"
+        assert record["response"]["error"] == {"code": "server_error", "message": RESTARTED}
+        board_nursery.cancel_scope.cancel()

@@ -1,31 +1,35 @@
-"""Where a store actor keeps its entries: in this process (`MemoryEntries`, a BudgetedMap) or
-in Redis (`RedisEntries`, the same policy as server-side Lua scripts), behind one interface.
+"""Where a store actor keeps its entries: in this process (`MemoryEntries`, a BudgetedMap), in
+Redis (`RedisEntries`, the same policy as server-side Lua scripts) or in a SQLite file
+(`SqliteEntries` in actors/sqlite.py, the same policy in SQL), behind one interface.
 
 An entry's value is a list of byte strings (a stored response: its body and its events; a
 conversation: its object, then its items; a reasoning echo: its text). Every method takes
 `now`, the clock the policy runs on; `RedisEntries` also takes None, meaning the Redis
-server's own clock, which is what keeps several processes on one store consistent.
+server's own clock, which is what keeps several processes on one store consistent
+(`SqliteEntries`: the machine's wall clock, which its processes share).
 
 `RedisEntries` holds the exact policy of `BudgetedMap` (TTL, LRU entry count, byte budget,
 pinned entries, eviction counts by cause, the item index): tests/actors/test_entries.py runs
-both on the same random operations and expects identical answers. Each operation is one
+it and `SqliteEntries` against `MemoryEntries` on the same random operations and expects
+identical answers. Each operation is one
 Lua script call, atomic in Redis, so any number of processes may share one store. TTL is also
 set as Redis expiry on the values (plus a grace period), so Redis frees an expired value even
 when no triode process is left to sweep it.
 
-Methods here block (the Redis ones do network I/O): store actors run them in worker threads
-(`trio.to_thread`), never in the event loop.
+Methods here block (the Redis ones do network I/O, the SQLite ones file I/O): store actors
+run them in worker threads (`trio.to_thread`), never in the event loop.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Hashable, Protocol, Sequence
+from typing import Any, Hashable, Literal, Protocol, Sequence
 
 from ..errors import StoreUnavailable
 from .budget import BudgetedMap, BudgetStatistics, Evictions
 
 Values = list[bytes]
+StoreKind = Literal["memory", "redis", "sqlite"]
 
 
 class Entries(Protocol):
@@ -36,6 +40,7 @@ class Entries(Protocol):
     max_bytes: int
     ttl_secs: float
     blocking: bool      # whether calls do I/O (and must run in a worker thread)
+    kind: StoreKind     # /health names it
 
     def put(self, key: str, values: Sequence[bytes], now: float | None, *, size: int,
             pinned: bool = False, ttl_secs: float | None = None,
@@ -80,6 +85,7 @@ class MemoryEntries:
     """A BudgetedMap of value lists, with the item index kept in step with it."""
 
     blocking = False
+    kind: StoreKind = "memory"
 
     def __init__(self, *, max_entries: int, max_bytes: int, ttl_secs: float) -> None:
         self._map = BudgetedMap(max_entries=max_entries, max_bytes=max_bytes,
@@ -188,6 +194,7 @@ class RedisEntries:
     """
 
     blocking = True
+    kind: StoreKind = "redis"
 
     def __init__(self, client: Any, prefix: str, *, max_entries: int, max_bytes: int,
                  ttl_secs: float) -> None:

@@ -1,29 +1,40 @@
-"""The job board: background jobs shared between processes on one Redis (`--store redis://`).
+"""The job board: background jobs shared between the processes of one shared store, on Redis
+(`--store redis://`, `RedisBoard`) or in the SQLite file (`--store sqlite:///`, `SqliteBoard`
+in actors/sqlite.py).
 
 A background job runs on the process that accepted it. The board makes it visible to every
 other process on the same store:
 
-* **ownership and lease**: `{P}:job:<id>` names the owning process; each process keeps
-  `{P}:worker:<its id>` alive (a heartbeat every LEASE_SECS / 3, expiring after LEASE_SECS).
-  A job whose owner's heartbeat is gone is an orphan: the reaper (every process, every
-  LEASE_SECS / 2) reports it once (the process that deletes its job key wins), and the
-  service layer stores it as `failed`.
-* **events**: the owner mirrors the job's stream events into the Redis Stream
-  `{P}:events:<id>`, so `GET /v1/responses/<id>?stream=true` on any process replays and
-  follows it live; the stream outlives the job by EVENTS_KEEP_SECS.
-* **cancel**: `POST .../cancel` on another process publishes the id on `{P}:cancel`; the owner
-  (subscribed) cancels the job in its registry.
+* **ownership and lease**: each job names its owning process (Redis `{P}:job:<id>`, SQLite
+  table `jobs`); each process keeps its lease alive (Redis `{P}:worker:<its id>`, SQLite
+  table `workers`; a heartbeat every LEASE_SECS / 3, running out after LEASE_SECS). The
+  lease holds a token naming the process (`process_token`), so a process on the same machine
+  sees at once that an owner has exited, without waiting for its lease. A job whose owner is
+  gone is an orphan: the reaper (every process, every LEASE_SECS / 2, and once at start,
+  `recover`) reports it once (the process that releases its job wins), and the service layer
+  stores it as `failed`.
+* **events**: the owner mirrors the job's stream events (Redis Stream `{P}:events:<id>`,
+  SQLite table `job_events`), so `GET /v1/responses/<id>?stream=true` on any process replays
+  and follows it live; they outlive the job by EVENTS_KEEP_SECS.
+* **cancel**: `POST .../cancel` on another process asks the owner: Redis publishes the id on
+  `{P}:cancel` (the owner is subscribed); SQLite has no notifications, so it sets the job's
+  cancel flag and the owner polls for flags every `SqliteBoard.cancel_wait_secs` (0.1 s),
+  only while it runs jobs of its own.
 
-The board owns this Redis state and the process's worker id; everything reaches it through
-`JobBoardHandle`. Redis calls run in worker threads (redis-py's sync client).
+The board owns this state and the process's worker id; everything reaches it through
+`JobBoardHandle`. Store calls run in worker threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
 import uuid
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import attrs
 import trio
@@ -35,72 +46,197 @@ from .supervisor import SupervisorHandle
 
 log = logging.getLogger("triode.jobs")
 
+T = TypeVar("T")
+
 LEASE_SECS = 10.0
 EVENTS_KEEP_SECS = 600.0
 THREADS = 4
 LISTEN_POLL_SECS = 0.5
 
 
-@attrs.frozen
-class JobBoardHandle:
-    worker_id: str
-    _client: Any
-    _prefix: str
-    _limiter: trio.CapacityLimiter
-    _mirrors: trio.MemorySendChannel[SupervisorHandle]
-    orphans: trio.MemoryReceiveChannel[str]
+# ---- which process, and whether it still runs ---------------------------------------------
+
+
+def _machine() -> str:
+    """Names this machine and process namespace: two processes with the same name here see
+    each other's pids (a container has its own pid namespace, so its own name)."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return "|".join(parts)
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (Linux: clock ticks since boot), which tells a reused pid from
+    the process that had it; None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]   # a zombie has exited
+
+
+def process_token(pid: int | None = None) -> str:
+    """What a lease names: this machine, the pid and its start time, as JSON."""
+    pid = os.getpid() if pid is None else pid
+    return json.dumps({"machine": _machine(), "pid": pid, "started": _started(pid) or ""})
+
+
+def process_gone(token: str) -> bool:
+    """Whether the process a lease names has certainly exited: it ran on this machine and
+    its pid is gone, exited (a zombie) or now another process's. Any doubt (another machine,
+    a token of an older triode): False, and its lease decides."""
+    try:
+        found = json.loads(token)
+        machine, pid, started = found["machine"], int(found["pid"]), str(found["started"])
+    except (ValueError, TypeError, KeyError):
+        return False
+    if machine != _machine():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return bool(started) and _started(pid) != started
+
+
+# ---- the board's state, on Redis --------------------------------------------------------------
+
+
+class CancelFeed(Protocol):
+    def take(self) -> list[str]:
+        """The ids whose cancel was asked for since the last call (blocking)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Board(Protocol):
+    """The job board's state: blocking calls, run in worker threads on `limiter`."""
+
+    cancel_wait_secs: float   # how long to sleep between CancelFeed.take calls (0: it waits)
+
+    @property
+    def limiter(self) -> trio.CapacityLimiter | None: ...
+
+    def heartbeat(self, worker_id: str, token: str, lease_secs: float) -> None: ...
+
+    def claim(self, response_id: str, worker_id: str) -> None: ...
+
+    def owner(self, response_id: str) -> str | None: ...
+
+    def worker(self, worker_id: str) -> str | None:
+        """A worker's process token while its lease runs, else None."""
+        ...
+
+    def events(self, response_id: str, after: str) -> list[tuple[str, bytes]]: ...
+
+    def add_events(self, response_id: str, events: Sequence[bytes]) -> None: ...
+
+    def request_cancel(self, response_id: str) -> None: ...
+
+    def release(self, response_id: str) -> bool:
+        """Ends the job's ownership; True for the one caller that ended it."""
+        ...
+
+    def jobs(self) -> list[str]: ...
+
+    def tidy(self, events_keep_secs: float) -> None: ...
+
+    def cancels(self, worker_id: str) -> CancelFeed:
+        """The cancels other processes ask of this worker's jobs."""
+        ...
+
+
+class RedisBoard:
+    """The board under `{prefix}` on Redis (redis-py's sync client)."""
+
+    cancel_wait_secs = 0.0
+    limiter = None
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
 
     def key(self, kind: str, name: str = "") -> str:
-        return f"{{{self._prefix}}}:{kind}" + (f":{name}" if name else "")
+        return f"{{{self.prefix}}}:{kind}" + (f":{name}" if name else "")
 
-    async def _redis(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await trio.to_thread.run_sync(_guarded, fn, *args, limiter=self._limiter)
+    def heartbeat(self, worker_id: str, token: str, lease_secs: float) -> None:
+        _guarded(self.client.set, self.key("worker", worker_id), token, None,
+                 int(lease_secs * 1000))
 
-    async def claim(self, response_id: str) -> None:
-        """This process owns the job now."""
-        pipe = self._client.pipeline()
-        pipe.set(self.key("job", response_id), self.worker_id)
+    def claim(self, response_id: str, worker_id: str) -> None:
+        pipe = self.client.pipeline()
+        pipe.set(self.key("job", response_id), worker_id)
         pipe.sadd(self.key("jobs"), response_id)
-        await self._redis(pipe.execute)
+        _guarded(pipe.execute)
 
-    async def mirror(self, handle: SupervisorHandle) -> None:
-        """Copies the job's events into its Redis Stream until it ends, then releases it."""
-        await self._mirrors.send(handle)
-
-    async def owner(self, response_id: str) -> str | None:
-        """The process running this job, None when no process does (any more)."""
-        found = await self._redis(self._client.get, self.key("job", response_id))
+    def owner(self, response_id: str) -> str | None:
+        found = _guarded(self.client.get, self.key("job", response_id))
         return None if found is None else bytes(found).decode()
 
-    async def owner_alive(self, owner: str) -> bool:
-        return bool(await self._redis(self._client.exists, self.key("worker", owner)))
+    def worker(self, worker_id: str) -> str | None:
+        found = _guarded(self.client.get, self.key("worker", worker_id))
+        return None if found is None else bytes(found).decode()
 
-    async def events(self, response_id: str, after: str = "-") -> list[tuple[str, Any]]:
-        """The job's events after stream id `after` ("-": from the start)."""
+    def events(self, response_id: str, after: str) -> list[tuple[str, bytes]]:
         start = after if after == "-" else "(" + after
-        found = await self._redis(self._client.xrange, self.key("events", response_id), start)
-        return [(bytes(sid).decode(), json.loads(fields[b"e"])) for sid, fields in found]
+        found = _guarded(self.client.xrange, self.key("events", response_id), start)
+        return [(bytes(sid).decode(), bytes(fields[b"e"])) for sid, fields in found]
 
-    async def add_event(self, response_id: str, event: AnyEvent) -> None:
+    def add_events(self, response_id: str, events: Sequence[bytes]) -> None:
         stream = self.key("events", response_id)
-        pipe = self._client.pipeline()
-        pipe.xadd(stream, {"e": dumps(event)})
+        pipe = self.client.pipeline()
+        for event in events:
+            pipe.xadd(stream, {"e": event})
         pipe.expire(stream, int(EVENTS_KEEP_SECS))
-        await self._redis(pipe.execute)
+        _guarded(pipe.execute)
 
-    async def request_cancel(self, response_id: str) -> None:
-        await self._redis(self._client.publish, self.key("cancel"), response_id)
+    def request_cancel(self, response_id: str) -> None:
+        _guarded(self.client.publish, self.key("cancel"), response_id)
 
-    async def release(self, response_id: str) -> bool:
-        """Ends the job's ownership; True for the one caller that ended it."""
-        pipe = self._client.pipeline()
+    def release(self, response_id: str) -> bool:
+        pipe = self.client.pipeline()
         pipe.delete(self.key("job", response_id))
         pipe.srem(self.key("jobs"), response_id)
-        deleted, _ = await self._redis(pipe.execute)
+        deleted, _ = _guarded(pipe.execute)
         return bool(deleted)
 
+    def jobs(self) -> list[str]:
+        return [bytes(raw).decode() for raw in _guarded(self.client.smembers, self.key("jobs"))]
 
-def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
+    def tidy(self, events_keep_secs: float) -> None:
+        """Redis expires events and leases by itself."""
+
+    def cancels(self, worker_id: str) -> CancelFeed:
+        return _RedisCancels(self)
+
+
+class _RedisCancels:
+    def __init__(self, board: RedisBoard) -> None:
+        self._pubsub = board.client.pubsub(ignore_subscribe_messages=True)
+        self._channel = board.key("cancel")
+        self._subscribed = False
+
+    def take(self) -> list[str]:
+        if not self._subscribed:
+            _guarded(self._pubsub.subscribe, self._channel)
+            self._subscribed = True
+        msg = _guarded(self._pubsub.get_message, True, LISTEN_POLL_SECS)
+        if msg is not None and msg.get("type") == "message":
+            return [bytes(msg["data"]).decode()]
+        return []
+
+    def close(self) -> None:
+        self._pubsub.close()
+
+
+def _guarded(fn: Callable[..., T], *args: Any) -> T:
     from redis.exceptions import ConnectionError, TimeoutError
 
     try:
@@ -109,11 +245,74 @@ def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
         raise StoreUnavailable(f"the store (Redis) is unreachable: {exc}") from None
 
 
+# ---- the actor ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class JobBoardHandle:
+    worker_id: str
+    _board: Board
+    _limiter: trio.CapacityLimiter
+    _mirrors: trio.MemorySendChannel[SupervisorHandle]
+    orphans: trio.MemoryReceiveChannel[str]
+    _lease: float = LEASE_SECS
+    _running: set[str] = attrs.Factory(set)   # jobs this process claimed, not yet released
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def claim(self, response_id: str, owner: str | None = None) -> None:
+        """This process owns the job now (`owner`: another's, for tests)."""
+        if owner is None:
+            self._running.add(response_id)
+        await self._call(self._board.claim, response_id, owner or self.worker_id)
+
+    async def mirror(self, handle: SupervisorHandle) -> None:
+        """Copies the job's events to the board until it ends, then releases it."""
+        await self._mirrors.send(handle)
+
+    async def owner(self, response_id: str) -> str | None:
+        """The process running this job, None when no process does (any more)."""
+        return await self._call(self._board.owner, response_id)
+
+    async def owner_alive(self, owner: str) -> bool:
+        """Whether the owner's lease runs and, on this machine, its process still does."""
+        token = await self._call(self._board.worker, owner)
+        return token is not None and not process_gone(token)
+
+    async def events(self, response_id: str, after: str = "-") -> list[tuple[str, Any]]:
+        """The job's events after stream id `after` ("-": from the start)."""
+        found = await self._call(self._board.events, response_id, after)
+        return [(sid, json.loads(raw)) for sid, raw in found]
+
+    async def add_event(self, response_id: str, event: AnyEvent) -> None:
+        await self._call(self._board.add_events, response_id, [dumps(event).encode()])
+
+    async def request_cancel(self, response_id: str) -> None:
+        await self._call(self._board.request_cancel, response_id)
+
+    async def release(self, response_id: str) -> bool:
+        """Ends the job's ownership; True for the one caller that ended it."""
+        self._running.discard(response_id)
+        return await self._call(self._board.release, response_id)
+
+    async def orphaned(self) -> list[str]:
+        """Releases every job whose owner is gone (its lease ran out, or its process exited
+        on this machine) and returns them: each is reported to one caller only."""
+        found = []
+        for response_id in await self._call(self._board.jobs):
+            owner = await self.owner(response_id)
+            if owner is not None and (owner == self.worker_id or await self.owner_alive(owner)):
+                continue
+            if await self.release(response_id):
+                found.append(response_id)
+        return found
+
+
 class JobBoard:
-    def __init__(self, client: Any, prefix: str, registry: RegistryHandle, *,
+    def __init__(self, board: Board, registry: RegistryHandle, *,
                  lease_secs: float = LEASE_SECS) -> None:
-        self._client = client
-        self._prefix = prefix
+        self._board = board
         self._registry = registry
         self._lease = lease_secs
 
@@ -121,66 +320,64 @@ class JobBoard:
                   ) -> None:
         mirrors_send, mirrors = trio.open_memory_channel[SupervisorHandle](64)
         orphans_send, orphans = trio.open_memory_channel[str](64)
-        handle = JobBoardHandle(uuid.uuid4().hex, self._client, self._prefix,
-                                trio.CapacityLimiter(THREADS), mirrors_send, orphans)
+        handle = JobBoardHandle(uuid.uuid4().hex, self._board,
+                                self._board.limiter or trio.CapacityLimiter(THREADS),
+                                mirrors_send, orphans, self._lease)
+        token = process_token()
+        with contextlib.suppress(StoreUnavailable):   # the heartbeat's loop says why
+            await handle._call(self._board.heartbeat, handle.worker_id, token, self._lease)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._heartbeat, handle)
+            nursery.start_soon(self._heartbeat, handle, token)
             nursery.start_soon(self._listen_for_cancels, handle)
             nursery.start_soon(self._reap, handle, orphans_send)
             task_status.started(handle)
             async for job in mirrors:
                 nursery.start_soon(self._mirror, handle, job)
 
-    async def _heartbeat(self, board: JobBoardHandle) -> None:
-        key = board.key("worker", board.worker_id)
+    async def _heartbeat(self, board: JobBoardHandle, token: str) -> None:
         while True:
             try:
-                await board._redis(self._client.set, key, b"1", None, int(self._lease * 1000))
+                await board._call(self._board.heartbeat, board.worker_id, token, self._lease)
             except StoreUnavailable as exc:
                 log.warning("job board heartbeat: %s", exc.message)
             await trio.sleep(self._lease / 3)
 
     async def _listen_for_cancels(self, board: JobBoardHandle) -> None:
-        """Cancels local jobs named on the cancel channel (by another process's cancel)."""
+        """Cancels local jobs another process asked to cancel."""
+        wait = self._board.cancel_wait_secs
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            feed = self._board.cancels(board.worker_id)
             try:
-                await board._redis(pubsub.subscribe, board.key("cancel"))
                 while True:
-                    msg = await board._redis(pubsub.get_message, True, LISTEN_POLL_SECS)
-                    if msg is not None and msg.get("type") == "message":
-                        await self._registry.cancel(bytes(msg["data"]).decode())
+                    if wait:
+                        await trio.sleep(wait)
+                        if not board._running:
+                            continue         # nothing of ours to cancel: no query
+                    for response_id in await board._call(feed.take):
+                        await self._registry.cancel(response_id)
             except StoreUnavailable as exc:
                 log.warning("job board cancel channel: %s", exc.message)
                 await trio.sleep(1.0)
             finally:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(pubsub.close)
+                    await trio.to_thread.run_sync(feed.close)
 
     async def _reap(self, board: JobBoardHandle, orphans: trio.MemorySendChannel[str]) -> None:
-        """Reports each job whose owner's lease ran out, once across all processes."""
+        """Reports each job whose owner is gone, once across all processes."""
         while True:
             await trio.sleep(self._lease / 2)
             try:
-                for raw in await board._redis(self._client.smembers, board.key("jobs")):
-                    response_id = bytes(raw).decode()
-                    owner = await board.owner(response_id)
-                    if owner is not None and await board.owner_alive(owner):
-                        continue
-                    if await board.release(response_id):
-                        await orphans.send(response_id)
+                for response_id in await board.orphaned():
+                    await orphans.send(response_id)
+                await board._call(self._board.tidy, EVENTS_KEEP_SECS)
             except StoreUnavailable as exc:
                 log.warning("job board reaper: %s", exc.message)
 
     async def _mirror(self, board: JobBoardHandle, job: SupervisorHandle) -> None:
         try:
             async for batch in job.follow_batches():
-                stream = board.key("events", job.response_id)
-                pipe = self._client.pipeline()
-                for event in batch:
-                    pipe.xadd(stream, {"e": dumps(event)})
-                pipe.expire(stream, int(EVENTS_KEEP_SECS))
-                await board._redis(pipe.execute)
+                await board._call(self._board.add_events, job.response_id,
+                                  [dumps(event).encode() for event in batch])
         except StoreUnavailable as exc:
             log.warning("job %s: events not mirrored: %s", job.response_id, exc.message)
         finally:
@@ -189,3 +386,4 @@ class JobBoard:
                     await board.release(job.response_id)
                 except StoreUnavailable:
                     pass
+

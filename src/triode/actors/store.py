@@ -1,6 +1,7 @@
 """The stores: responses, conversations and the reasoning echo, one actor each, each owning
 its `Entries` (actors/entries.py): a BudgetedMap in this process, or the same policy in a
-shared Redis (`--store redis://...`), where any process serves any id.
+shared store, Redis (`--store redis://...`) or a SQLite file (`--store sqlite:///PATH`,
+actors/sqlite.py), where any process serves any id.
 
 Values cross the mailbox as compact JSON bytes, encoded and decoded in the caller's task by
 the handle. That keeps retained memory close to the byte budget (a parsed response with its
@@ -11,8 +12,10 @@ kept, which `approx_json_bytes` estimates for callers that need a size before en
 Expired entries are freed by a sweep at the moment the next one expires (the actor waits on
 its mailbox with that deadline), so memory comes back even if nobody reads them, and a
 store whose entries never expire never wakes. A shared store runs each message's operation
-(one atomic script call) in a worker thread, several at once, sweeps every second, and
-answers StoreUnavailable (503, Retry-After) while Redis cannot be reached.
+(one atomic script call, or one SQLite transaction) in a worker thread (Redis: several at
+once; SQLite: one at a time per process, see actors/sqlite.py), sweeps every second, and
+answers StoreUnavailable (503, Retry-After) while Redis cannot be reached or the SQLite file
+cannot be written.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import trio
 from ..responses.objects import dumps
 from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
+from ..settings import sqlite_location
 from .budget import BudgetStatistics
-from .entries import Entries, MemoryEntries, RedisEntries
+from .entries import Entries, MemoryEntries, RedisEntries, StoreKind
+from .sqlite import Database, SqliteEntries
 from .mailbox import ReplyChannel, answer, ask, reply_with
 
 MAILBOX_SIZE = 64
@@ -197,11 +202,13 @@ ConversationStoreMessage = (
 class _StoreHandle:
     _inbox: trio.MemorySendChannel[Any]
     _disabled_reason: str | None
-    shared: bool = False          # kept in Redis (reachable or not) rather than this process
+    shared: bool = False          # kept in Redis or SQLite (reachable or not), not this process
+    kind: StoreKind = "memory"
 
     async def ping(self) -> None:
-        """Raises StoreUnavailable unless a shared store's Redis answers now (a stored
-        create asks first, so that nothing is accepted that could not be kept)."""
+        """Raises StoreUnavailable unless a shared store answers now (Redis is reachable, the
+        SQLite file is not locked out): a stored create asks first, so that nothing is
+        accepted that could not be kept."""
         if self.shared and self._disabled_reason is None:
             await ask(self._inbox, Ping)
 
@@ -365,11 +372,21 @@ class ConversationStoreHandle(_StoreHandle):
 
 
 class Backend:
-    """Where the stores keep their entries: this process (the default) or a shared Redis."""
+    """Where the stores keep their entries: this process (the default), a shared Redis or a
+    SQLite file."""
+
+    kind: StoreKind = "memory"
 
     def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
                 ) -> Entries:
         return MemoryEntries(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
+
+    def limiter(self) -> trio.CapacityLimiter:
+        """The worker threads a store's blocking operations run on."""
+        return trio.CapacityLimiter(REDIS_THREADS)
+
+    def close(self) -> None:
+        """Releases what the backend holds (at the end of the actor tree)."""
 
 
 @attrs.frozen
@@ -390,22 +407,47 @@ class RedisBackend(Backend):
                             max_bytes=max_bytes, ttl_secs=ttl_secs)
 
 
+@attrs.frozen
+class SqliteBackend(Backend):
+    """Every store under `prefix` in one SQLite database (one connection per process, its
+    calls one at a time on `Database.limiter`)."""
+
+    db: Database
+    prefix: str = "triode"
+
+    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
+                ) -> Entries:
+        return SqliteEntries(self.db, f"{self.prefix}:{name}", max_entries=max_entries,
+                             max_bytes=max_bytes, ttl_secs=ttl_secs)
+
+    def limiter(self) -> trio.CapacityLimiter:
+        return self.db.limiter
+
+    def close(self) -> None:
+        self.db.close()
+
+
 MEMORY = Backend()
 # Redis calls give up after this long (then StoreUnavailable: a 503 with Retry-After).
 REDIS_TIMEOUT_SECS = 2.0
 
 
 def backend_for(store: str, prefix: str) -> Backend:
-    """`memory`, or a Redis URL (redis://, rediss://, unix://) and the key prefix."""
+    """`memory`; `sqlite:///PATH` (not opened yet: `Database.open`); or a Redis URL
+    (redis://, rediss://, unix://) and the key prefix."""
     if store == "memory":
         return MEMORY
+    location = sqlite_location(store)
+    if location is not None:
+        return SqliteBackend(Database(location.path, synchronous=location.synchronous),
+                             prefix)
     import redis
 
     client = redis.Redis.from_url(store, socket_timeout=REDIS_TIMEOUT_SECS,
                                   socket_connect_timeout=REDIS_TIMEOUT_SECS,
                                   health_check_interval=30, retry_on_timeout=False)
     return RedisBackend(client, prefix)
-# A shared store's operations run in worker threads, this many at once per store.
+# A Redis store's operations run in worker threads, this many at once per store.
 REDIS_THREADS = 8
 # How often a shared store drops expired entries (Redis frees their values by itself; this
 # keeps the counts and the byte budget current when nothing else touches the store).
@@ -430,6 +472,7 @@ class _BudgetedStore:
     ) -> None:
         self._entries = backend.entries(self.name, max_entries=max_entries,
                                         max_bytes=max_bytes, ttl_secs=ttl_secs)
+        self._backend = backend
         self._clock = clock
 
     def _now(self) -> float | None:
@@ -464,9 +507,10 @@ class _BudgetedStore:
 
     async def _serve_concurrently(self, inbox: trio.MemoryReceiveChannel[Any],
                                   operation: Callable[[Any], Operation]) -> None:
-        """A shared store: each message's operation is one atomic script call, run in a
-        worker thread; messages overlap (Redis orders them), replies go back as they come."""
-        limiter = trio.CapacityLimiter(REDIS_THREADS)
+        """A shared store: each message's operation is one atomic script call (or SQLite
+        transaction), run in a worker thread; messages overlap (Redis or SQLite's write lock
+        orders them), replies go back as they come."""
+        limiter = self._backend.limiter()
 
         async def in_thread(op: Callable[[], Any]) -> Any:
             return await trio.to_thread.run_sync(op, limiter=limiter)
@@ -506,7 +550,8 @@ class ResponseStore(_BudgetedStore):
         self, *, task_status: trio.TaskStatus[ResponseStoreHandle] = trio.TASK_STATUS_IGNORED
     ) -> None:
         send, inbox = trio.open_memory_channel[ResponseStoreMessage](MAILBOX_SIZE)
-        task_status.started(ResponseStoreHandle(send, self._disabled, self._entries.blocking))
+        task_status.started(ResponseStoreHandle(send, self._disabled, self._entries.blocking,
+                                                self._entries.kind))
         await self._serve(inbox, self._operation)
 
     def _operation(self, msg: ResponseStoreMessage) -> Operation:
@@ -550,7 +595,8 @@ class ConversationStore(_BudgetedStore):
     ) -> None:
         send, inbox = trio.open_memory_channel[ConversationStoreMessage](MAILBOX_SIZE)
         task_status.started(ConversationStoreHandle(send, self._disabled,
-                                                    self._entries.blocking))
+                                                    self._entries.blocking,
+                                                    self._entries.kind))
         await self._serve(inbox, self._operation)
 
     def _operation(self, msg: ConversationStoreMessage) -> Operation:

@@ -37,7 +37,7 @@ EVICTION_REASONS = ("ttl", "lru", "bytes", "oversize")   # Evictions' fields but
 
 
 class StoreHealth(TypedDict):
-    kind: Literal["memory", "redis"]
+    kind: Literal["memory", "redis", "sqlite"]
     reachable: bool
 
 
@@ -105,7 +105,7 @@ async def health() -> Response:
     # readiness probe fails; the body still reports everything else.
     body: Health = {
         "status": "ok" if ready else "degraded",
-        "store": {"kind": "redis" if h.responses.shared else "memory", "reachable": store_up},
+        "store": {"kind": h.responses.kind, "reachable": store_up},
         "model": h.model_names[0],
         "context_window": h.model.info.context_length,
         "blas": h.blas,

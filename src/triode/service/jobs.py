@@ -3,8 +3,9 @@
 `Jobs` admits background jobs (their bytes pinned in the response store first), finds a
 response that has not finished (`find_live`: a supervisor here, or a job another process on
 the same shared store runs), cancels one, and stores as failed the jobs of processes that
-stopped (`reap`). A job another process runs is read through the job board as a
-`RemoteJob`: its stored record, its mirrored events, its owner's lease.
+stopped (`reap`: at start, the jobs a restart interrupted; then, as their leases run out).
+A job another process runs is read through the job board as a `RemoteJob`: its stored
+record, its mirrored events, its owner's lease.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ CANCEL_TIMEOUT = 5.0
 FOLLOW_POLL_SECS = 0.1
 ORPHANED = ("the server process running this background response stopped (its lease "
             "expired) before the response finished")
+RESTARTED = ("the server restarted before this background response finished (the process "
+             "running it stopped)")
 
 
 class LiveResponse(Protocol):
@@ -80,18 +83,27 @@ class Jobs:
         widest = attrs.evolve(queued, usage=usage(*(history.USAGE_BOUND,) * 4))
         fallback = StoredResponse.of(*history.too_large(widest, plan.items, builder.events[0],
                                                         ephemeral=not plan.store))
-        if not await self._responses.put(response_id, history.record(queued, plan.items),
-                                         pinned=True, reserve=fallback.size):
-            raise RateLimited("the active background responses would exceed "
-                              "--responses-store-max-bytes; retry after one finishes")
+        # Claimed before it is stored: a stored unfinished job always has an owner on the
+        # board, so a restart (or another process, once the lease runs out) can fail it.
+        if self._board is not None:
+            await self._board.claim(response_id)
+        stored = False
         try:
+            if not await self._responses.put(response_id, history.record(queued, plan.items),
+                                             pinned=True, reserve=fallback.size):
+                raise RateLimited("the active background responses would exceed "
+                                  "--responses-store-max-bytes; retry after one finishes")
+            stored = True
             handle = await self._registry.start(make, background=True)
         except BaseException:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                await self._responses.delete(response_id)
+                with contextlib.suppress(StoreUnavailable):
+                    if stored:
+                        await self._responses.delete(response_id)
+                    if self._board is not None:
+                        await self._board.release(response_id)
             raise
         if self._board is not None:   # other processes on the store can follow and cancel it
-            await self._board.claim(response_id)
             await self._board.mirror(handle)
         return handle
 
@@ -162,20 +174,34 @@ class Jobs:
 
     # ---- orphans -----------------------------------------------------------------------
 
-    async def reap(self) -> None:
-        """Stores the jobs of processes that stopped (their lease ran out) as failed."""
+    async def reap(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                   ) -> None:
+        """Stores the jobs of processes that stopped as failed: reports started once those
+        a restart interrupted (their process is gone: it ran on this machine, or its lease
+        ran out) are failed, then fails the others as their leases run out."""
         if self._board is None:
+            task_status.started()
             return
+        try:
+            interrupted = await self._board.orphaned()
+        except StoreUnavailable as exc:
+            log.warning("background responses of stopped processes not checked: %s",
+                        exc.message)
+            interrupted = []
+        for response_id in interrupted:
+            with contextlib.suppress(StoreUnavailable):
+                await self._fail_orphan(response_id, RESTARTED)
+        task_status.started()
         async for response_id in self._board.orphans:
             with contextlib.suppress(StoreUnavailable):
-                await self._fail_orphan(response_id)
+                await self._fail_orphan(response_id, ORPHANED)
 
-    async def _fail_orphan(self, response_id: str) -> None:
+    async def _fail_orphan(self, response_id: str, reason: str) -> None:
         record = await self._responses.get(response_id)
         if record is None or record["response"].get("status") in TERMINAL_STATUSES:
             return
         failed = attrs.evolve(response_of(record["response"]), status=Status.FAILED, output=[],
-                              error=ResponseError("server_error", ORPHANED))
+                              error=ResponseError("server_error", reason))
         assert self._board is not None
         events = [e for _, e in await self._board.events(response_id)]
         closing = ResponseEvent(
@@ -184,11 +210,12 @@ class Jobs:
         await self._responses.put(response_id, {**record, "response": plain(failed)},
                                   [*events, closing], ephemeral=failed.store is False)
         await self._board.add_event(response_id, closing)
-        log.warning("background response %s failed: %s", response_id, ORPHANED)
+        log.warning("background response %s failed: %s", response_id, reason)
 
 
 class RemoteJob:
-    """A background job another process runs. Its events come from the job's Redis Stream;
+    """A background job another process runs. Its events come from the job board (a Redis
+    Stream, or SQLite's job_events, polled every FOLLOW_POLL_SECS);
     it is done at a terminal event, or when its owner released it and the stored record is
     terminal (a cancel has no event), or when the reaper failed it (a response.failed)."""
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 
 from ..actors.jobs import JobBoardHandle
 from ..actors.model import ModelHandle
@@ -143,9 +144,11 @@ class Turns:
         """A response still running whose state is readable while it runs, else None."""
         return await self._jobs.live(response_id)
 
-    async def reap(self) -> None:
-        """Stores the jobs of processes that stopped (their lease ran out) as failed."""
-        await self._jobs.reap()
+    async def reap(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                   ) -> None:
+        """Stores the jobs of processes that stopped as failed; started once those a
+        restart interrupted are (`Jobs.reap`)."""
+        await self._jobs.reap(task_status=task_status)
 
     async def stored(self, response_id: str) -> dict[str, Any]:
         """A stored response's record; 404 when there is none."""
