@@ -218,7 +218,7 @@ class SqliteBackend:
         return self._db.write(op, now)
 
     def peek(self, name: str, now: float) -> Window:
-        def op(c: sqlite3.Connection, now: float) -> Window:
+        def op(c: sqlite3.Connection, _: float) -> Window:
             count, closes = self._window(c, name, now)
             return Window(True, count, closes - now)
         return self._db.read(op)
