@@ -50,6 +50,12 @@ def unscoped(key: str) -> tuple[str, str]:
     return (scope, name) if sep else (DEFAULT_SCOPE, key)
 
 
+def belongs_to(key: str, scope: str) -> bool:
+    """Whether the stored (or registry, or job board) name `key` is the tenant of `scope`'s:
+    what a listing of live or finished responses filters by to show a tenant its own."""
+    return unscoped(key)[0] == scope
+
+
 @attrs.frozen
 class Limits:
     """A tenant's limits; None is unlimited, 0 allows nothing."""

@@ -13,7 +13,7 @@ import trio
 from triode.actors import limits
 from triode.actors.limits import LEASE_SECS, WINDOW_SECS, TenantLimited, TenantLimitsHandle
 from triode.errors import SettingsError
-from triode.tenants import (DEFAULT_TENANT, Limits, Tenant, Tenants, parse, scoped, single,
+from triode.tenants import (DEFAULT_TENANT, belongs_to, Limits, Tenant, Tenants, parse, scoped, single,
                             unscoped)
 
 
@@ -64,6 +64,8 @@ def test_scoped_names_never_meet():
     assert scoped("alice", "bob/resp_1") != scoped("bob", "resp_1")
     assert unscoped(scoped("alice", "resp_1")) == ("alice", "resp_1")
     assert unscoped("resp_1") == ("", "resp_1")
+    assert belongs_to("alice/resp_1", "alice") and not belongs_to("alice/resp_1", "bob")
+    assert belongs_to("resp_1", "") and not belongs_to("alice/resp_1", "")
 
 
 # ---- the counters ----------------------------------------------------------------------------

@@ -337,3 +337,31 @@ def test_a_bad_file_is_a_one_line_startup_error(tmp_path, content, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--api-keys-file" in lines[0] and message in lines[0], lines
     assert '"k"' not in lines[0]
+
+
+def test_the_access_log_and_metrics_name_the_tenant_never_the_key(tmp_path):
+    """Each line of a tenant's request says `tenant=<name>`; /metrics counts requests and
+    tokens by tenant; no key appears in either."""
+    with run_server("--api-keys-file", str(keys_file(tmp_path)), "--log-level", "info") as s:
+        a, b = as_tenant(s, ALICE), as_tenant(s, BOB)
+        rid = a.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a"}).json()["id"]
+        assert b.get(f"/v1/responses/{rid}").status_code == 404
+        metrics = a.get("/metrics").text
+        wait_until(lambda: sum(rid in line for line in s.log) >= 2)
+    lines = [line for line in s.log if rid in line]
+    assert any("POST /v1/responses 200" in line and "tenant=alice" in line for line in lines)
+    assert any(" 404 " in line and "tenant=bob" in line for line in lines)
+    assert 'triode_tenant_requests_total{tenant="alice",status="200"} 1.0' in metrics
+    assert 'triode_tenant_tokens_total{tenant="alice",kind="output"}' in metrics
+    for text in ("".join(s.log), metrics):
+        assert ALICE not in text and BOB not in text
+
+
+def test_input_tokens_and_compact_cannot_read_another_tenants_chain(tenanted):
+    """/v1/responses/input_tokens with another tenant's previous_response_id: not found."""
+    a, b = as_tenant(tenanted, ALICE), as_tenant(tenanted, BOB)
+    rid = a.post("/v1/responses", json={"model": MODEL, "input": "Reply with: a"}).json()["id"]
+    body = {"model": MODEL, "input": "x", "previous_response_id": rid}
+    assert a.post("/v1/responses/input_tokens", json=body).status_code == 200
+    theirs = b.post("/v1/responses/input_tokens", json=body)
+    assert theirs.status_code == 400 and "not found" in theirs.json()["error"]["message"]

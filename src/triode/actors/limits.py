@@ -1,9 +1,13 @@
 """Per-tenant limits: requests per minute, concurrent responses, output tokens per minute.
 
-One `TenantLimits` actor per process owns the counters' backend: this process's memory, or
+One `TenantLimits` task per process owns the counters' backend: this process's memory, or
 the shared store (Redis, a SQLite file), where every worker on it counts against the same
-figures. Its handle answers with what a caller may do, and raises `TenantLimited` (429
-`rate_limit_exceeded`, `Retry-After`, OpenAI's `x-ratelimit-*` headers) otherwise.
+figures, and renews the leases of this process's concurrency tickets. Its handle answers
+with what a caller may do, and raises `TenantLimited` (429 `rate_limit_exceeded`,
+`Retry-After`, OpenAI's `x-ratelimit-*` headers) otherwise. The memory counters need no
+mailbox, like the access log's figures: they change only in the trio thread, each operation
+without an await inside it, so no two interleave; a shared backend's operation is one atomic
+script or transaction in a worker thread.
 
 The algorithms (docs/security.md says the same):
 
