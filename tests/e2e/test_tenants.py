@@ -206,6 +206,7 @@ def limited(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("limits")
     with run_server("--api-keys-file", str(keys_file(tmp, {
             "rpm": {"keys": ["sk-rpm"], "requests_per_minute": 3},
+            "wsrpm": {"keys": ["sk-wsrpm"], "requests_per_minute": 3},
             "zero": {"keys": ["sk-zero"], "requests_per_minute": 0},
             "conc": {"keys": ["sk-conc"], "concurrent_requests": 1},
             "tokens": {"keys": ["sk-tokens"], "output_tokens_per_minute": 5},
@@ -231,6 +232,19 @@ def test_requests_per_minute_at_the_edge(limited):
     with pytest.raises(openai.RateLimitError):
         limited.client(api_key="sk-rpm").responses.create(model=MODEL, input="x")
     assert as_tenant(limited, "sk-free").get("/v1/models").status_code == 200
+
+
+def test_each_websocket_create_is_a_request(limited):
+    """requests_per_minute 3 over a WebSocket: the upgrade is one request, two creates are
+    answered, the third is an error frame 429 rate_limit_exceeded and the socket stays."""
+    with connect(ws_url(limited), additional_headers={"Authorization": "Bearer sk-wsrpm"}) as ws:
+        ends = []
+        for _ in range(3):
+            ws.send(json.dumps({"type": "response.create", "model": MODEL,
+                                "input": "Reply with: a"}))
+            ends.append(until_end(ws)[-1])
+    assert [e["type"] for e in ends] == ["response.completed", "response.completed", "error"]
+    assert ends[-1]["status"] == 429 and ends[-1]["error"]["code"] == "rate_limit_exceeded"
 
 
 def test_a_zero_limit_allows_nothing(limited):
@@ -351,8 +365,8 @@ def test_the_access_log_and_metrics_name_the_tenant_never_the_key(tmp_path):
     lines = [line for line in s.log if rid in line]
     assert any("POST /v1/responses 200" in line and "tenant=alice" in line for line in lines)
     assert any(" 404 " in line and "tenant=bob" in line for line in lines)
-    assert 'triode_tenant_requests_total{tenant="alice",status="200"} 1.0' in metrics
-    assert 'triode_tenant_tokens_total{tenant="alice",kind="output"}' in metrics
+    assert 'triode_tenant_requests_total{status="200",tenant="alice"} 1.0' in metrics
+    assert 'triode_tenant_tokens_total{kind="output",tenant="alice"}' in metrics
     for text in ("".join(s.log), metrics):
         assert ALICE not in text and BOB not in text
 
