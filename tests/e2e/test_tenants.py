@@ -290,24 +290,52 @@ def test_output_tokens_per_minute_at_the_edge(limited):
     assert int(r.headers["retry-after"]) >= 1
 
 
-def test_limits_are_shared_by_workers_on_a_shared_store(tmp_path, redis_prefix):
-    """Two servers on one Redis count one tenant's requests per minute together."""
-    path = keys_file(tmp_path, {"rpm": {"keys": ["sk-rpm"], "requests_per_minute": 3}})
-    flags = ("--api-keys-file", str(path), "--store", REDIS_URL, "--store-prefix",
-             redis_prefix)
+def shared_store(kind: str, tmp_path: Path, redis_prefix: str) -> tuple[str, ...]:
+    if kind == "redis":
+        return ("--store", REDIS_URL, "--store-prefix", redis_prefix)
+    return ("--store", f"sqlite:///{tmp_path / 's.db'}")
+
+
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+def test_limits_are_shared_by_workers_on_a_shared_store(kind, tmp_path, redis_prefix):
+    """Two servers on one store count a tenant's requests per minute together, and its
+    responses in flight: a job running on one is the tenant's one concurrent response on
+    the other too, until it ends."""
+    path = keys_file(tmp_path, {"rpm": {"keys": ["sk-rpm"], "requests_per_minute": 3},
+                                "conc": {"keys": ["sk-conc"], "concurrent_requests": 1}})
+    flags = ("--api-keys-file", str(path), *shared_store(kind, tmp_path, redis_prefix))
     with run_server(*flags) as one, run_server(*flags) as two:
         statuses = [as_tenant(s, "sk-rpm").get("/v1/models").status_code
                     for s in (one, two, one, two)]
-    assert statuses == [200, 200, 200, 429]
+        assert statuses == [200, 200, 200, 429]
+        held = create_as(as_tenant(one, "sk-conc"), hold_job())
+        refused = as_tenant(two, "sk-conc").post("/v1/responses", json={
+            "model": MODEL, "input": "Reply with: a"})
+        assert refused.status_code == 429, refused.text
+        cancelled = as_tenant(one, "sk-conc").post(f"/v1/responses/{held['id']}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        again = as_tenant(two, "sk-conc").post("/v1/responses", json={
+            "model": MODEL, "input": "Reply with: a"})
+        assert again.status_code == 200, again.text
 
 
-def test_limits_are_shared_by_workers_on_a_sqlite_store(tmp_path):
-    path = keys_file(tmp_path, {"rpm": {"keys": ["sk-rpm"], "requests_per_minute": 3}})
-    flags = ("--api-keys-file", str(path), "--store", f"sqlite:///{tmp_path / 's.db'}")
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+def test_a_job_on_another_worker_is_still_only_its_tenants(kind, tmp_path, redis_prefix):
+    """alice's job running on one worker: through the other worker alice polls, follows
+    and cancels it; bob's poll, stream and cancel there are 404 as for an unknown id."""
+    flags = ("--api-keys-file", str(keys_file(tmp_path)),
+             *shared_store(kind, tmp_path, redis_prefix))
     with run_server(*flags) as one, run_server(*flags) as two:
-        statuses = [as_tenant(s, "sk-rpm").get("/v1/models").status_code
-                    for s in (one, two, one, two)]
-    assert statuses == [200, 200, 200, 429]
+        job = create_as(as_tenant(one, ALICE), hold_job())
+        a, b = as_tenant(two, ALICE), as_tenant(two, BOB)
+        wait_until(lambda: a.get(f"/v1/responses/{job['id']}").json()["status"]
+                   == "in_progress")
+        unknown = "resp_" + "0" * 32
+        for method, path in (("GET", "/v1/responses/{}"),
+                             ("GET", "/v1/responses/{}?stream=true"),
+                             ("POST", "/v1/responses/{}/cancel")):
+            not_found_like_unknown(a, b, method, path, job["id"], unknown)
+        assert a.post(f"/v1/responses/{job['id']}/cancel").json()["status"] == "cancelled"
 
 
 # ---- the file: reload and startup ------------------------------------------------------------
