@@ -338,6 +338,31 @@ def test_a_job_on_another_worker_is_still_only_its_tenants(kind, tmp_path, redis
         assert a.post(f"/v1/responses/{job['id']}/cancel").json()["status"] == "cancelled"
 
 
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+def test_a_tenants_job_a_restart_cut_ends_failed_as_its_own(kind, tmp_path, redis_prefix):
+    """alice's job running when its server is SIGKILLed: after the restart it reads
+    `failed` (the restart's reason) for alice, with its items still hers (item_reference
+    resolves them), and is not found for bob."""
+    flags = ("--api-keys-file", str(keys_file(tmp_path)),
+             *shared_store(kind, tmp_path, redis_prefix))
+    with run_server(*flags) as server:
+        job = create_as(as_tenant(server, ALICE), hold_job(
+            input=[{"type": "message", "id": "msg_mine", "role": "user",
+                    "content": "Reply with: a"}]))
+        wait_until(lambda: as_tenant(server, ALICE).get(
+            f"/v1/responses/{job['id']}").json()["status"] == "in_progress")
+        server.proc.kill()
+        server.proc.wait()
+    with run_server(*flags) as server:
+        a, b = as_tenant(server, ALICE), as_tenant(server, BOB)
+        obj = a.get(f"/v1/responses/{job['id']}").json()
+        assert obj["status"] == "failed" and "restarted" in obj["error"]["message"]
+        assert b.get(f"/v1/responses/{job['id']}").status_code == 404
+        ref = {"model": MODEL, "input": [{"type": "item_reference", "id": "msg_mine"}]}
+        assert a.post("/v1/responses", json=ref).status_code == 200
+        assert b.post("/v1/responses", json=ref).status_code == 400
+
+
 # ---- the file: reload and startup ------------------------------------------------------------
 
 
