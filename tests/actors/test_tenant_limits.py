@@ -8,7 +8,6 @@ import json
 from typing import Any, Iterator
 
 import pytest
-import trio
 
 from triode.actors import limits
 from triode.actors.limits import LEASE_SECS, WINDOW_SECS, TenantLimited, TenantLimitsHandle

@@ -18,7 +18,7 @@ import pytest
 from websockets.sync.client import connect
 
 from ..conftest import REDIS_URL, run_server, wait_until
-from .test_background import cancel, create, hold_job, poll
+from .test_background import hold_job
 from .test_spine import MODEL
 from .test_websocket import until_end, ws_url
 
