@@ -75,15 +75,16 @@ def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
 
 @functools.lru_cache(maxsize=256)
 def _shared_sampler(sampling: Sampling) -> Callable[[Any], Any]:
-    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.sample_utils import categorical_sampling, greedy_sampler
 
-    return make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
-                        min_p=sampling.min_p, top_k=sampling.top_k)
+    if sampling.temperature == 0:
+        return greedy_sampler   # (as mlx-lm's make_sampler, whose filters _filtered repeats)
+    return lambda logprobs: categorical_sampling(_filtered(sampling, logprobs),
+                                                 sampling.temperature)
 
 
 def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
     assert sampling.seed is not None   # sampler_for gives unseeded settings a shared sampler
     # A seed is any signed 64-bit integer (translate.RANGES); MLX's key takes an unsigned
@@ -92,18 +93,28 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
 
     def sample(logprobs: Any) -> Any:
         nonlocal key
-        if 0 < sampling.top_p < 1:
-            logprobs = apply_top_p(logprobs, sampling.top_p)
-        if sampling.min_p:
-            logprobs = apply_min_p(logprobs, sampling.min_p)
-        if sampling.top_k > 0:
-            logprobs = apply_top_k(logprobs, sampling.top_k)
+        logprobs = _filtered(sampling, logprobs)
         key, step = mx.random.split(key)
         return mx.random.categorical(logprobs * (1 / sampling.temperature), key=step)
 
     from .speculative import one_token_per_call
 
     return one_token_per_call(sample)   # its key must split once per token, drafted or not
+
+
+def _filtered(sampling: Sampling, logprobs: Any) -> Any:
+    """top_p, min_p then top_k, in mlx-lm's order. A top_k at or past the vocabulary keeps
+    every token (the request's bound is not the model's: mlx-lm's own filter raises there,
+    on the engine thread)."""
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    if 0 < sampling.top_p < 1:
+        logprobs = apply_top_p(logprobs, sampling.top_p)
+    if sampling.min_p:
+        logprobs = apply_min_p(logprobs, sampling.min_p)
+    if 0 < sampling.top_k < logprobs.shape[-1]:
+        logprobs = apply_top_k(logprobs, sampling.top_k)
+    return logprobs
 
 
 def openai_penalties(presence: float, frequency: float, prompt_length: int
