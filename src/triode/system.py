@@ -32,6 +32,7 @@ import trio
 
 from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
 from .actors.model import ModelActor, ModelHandle
+from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
 from .actors.sqlite import SqliteBoard, SqliteOpenError
 from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
@@ -67,6 +68,8 @@ class Handles:
     conversations_api: Conversations
     api_key: str | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
+    monitor: MonitorHandle | None = None   # the live page's history of generation's figures
+    board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
 
 
 def model_path(settings: Settings) -> str:
@@ -282,7 +285,9 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, backend: B
                   background_off=background_off(settings), board=board,
                   prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
+    monitor: MonitorHandle = await nursery.start(Monitor(model).run)
     task_status.started(Handles(
         turns=turns, model=model, registry=registry, responses=responses,
         conversations=conversations, echo=echo, model_names=names, blas=blas,
-        conversations_api=Conversations(conversations), api_key=settings.api_key))
+        conversations_api=Conversations(conversations), api_key=settings.api_key,
+        monitor=monitor, board=board))
