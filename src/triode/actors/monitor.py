@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Callable
 
 import attrs
 import trio
@@ -69,9 +70,11 @@ def sample(before: ModelStatistics, now: ModelStatistics, seconds: float, at: fl
 
 class Monitor:
     def __init__(self, model: ModelHandle, *, every: float = SAMPLE_SECS,
-                 keep: int = HISTORY_SAMPLES) -> None:
+                 keep: int = HISTORY_SAMPLES, clock: Callable[[], float] = time.time) -> None:
+        """`clock`: the wall clock the samples are stamped with (the page plots by it)."""
         self._model = model
         self._every = every
+        self._clock = clock
         self._samples: deque[Sample] = deque(maxlen=keep)
 
     async def run(self, *, task_status: trio.TaskStatus[MonitorHandle] = trio.TASK_STATUS_IGNORED
@@ -88,5 +91,5 @@ class Monitor:
         while True:
             await trio.sleep(self._every)
             now, at = await self._model.statistics(), trio.current_time()
-            self._samples.append(sample(before, now, max(at - then, 1e-9), time.time()))
+            self._samples.append(sample(before, now, max(at - then, 1e-9), self._clock()))
             before, then = now, at
