@@ -8,6 +8,8 @@ shared store (SQLite, Redis) shows another worker's job, naming that worker, and
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from ..conftest import REDIS_URL, run_server, stop, wait_until
@@ -167,18 +169,33 @@ def test_the_stream_needs_the_key_and_the_page_asks_for_it(chromium):
             page.wait_for_selector(f"#recent tr[data-id='{rid}'] .status.s-cancelled")
 
 
-def test_a_stopped_server_shows_disconnected(chromium):
-    """When the server goes away mid-stream the page says it is disconnected and keeps the
-    last figures, dimmed."""
-    with run_server() as server:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_stopped_server_shows_disconnected_until_it_is_back(chromium):
+    """When the server goes away mid-stream the page says it is disconnected (a server
+    shutting down says so first, and its stream does not hold the shutdown up) and keeps
+    the last figures, dimmed; when a server answers at that address again, it is live
+    again."""
+    port = str(free_port())
+    with run_server("--port", port) as server:
         with page_on(chromium, server.base_url + "/ui") as (page, errors):
             page.wait_for_selector("#conn[data-state=live]")
             assert errors == []
             stop(server.proc, 10)
             page.wait_for_selector("#conn[data-state=disconnected]")
             assert page.inner_text("#conn") == "disconnected"
-            assert "unreachable" in page.inner_text("#banner")
+            banner = page.inner_text("#banner")
+            assert "unreachable" in banner and "shutting down" in banner
             assert page.evaluate("document.querySelector('main').classList.contains('stale')")
+            with run_server("--port", port):
+                page.wait_for_selector("#conn[data-state=live]")
+                assert page.is_hidden("#banner")
+                assert not page.evaluate(
+                    "document.querySelector('main').classList.contains('stale')")
 
 
 @pytest.fixture(params=["sqlite", "redis"])

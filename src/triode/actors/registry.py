@@ -97,10 +97,11 @@ class RegistryStatistics:
 @attrs.frozen
 class RegistryOverview:
     """The live responses (oldest first) and the last RECENT that ended (newest first), as
-    the live page (`/ui`) shows them."""
+    the live page (`/ui`) shows them; `draining`: the server is shutting down."""
 
     live: tuple[ResponseSummary, ...]
     recent: tuple[ResponseSummary, ...]
+    draining: bool = False
 
 
 class RegistryHandle:
@@ -180,7 +181,7 @@ class Registry:
                     case OverviewRequest(reply=reply):
                         answer(reply, lambda: RegistryOverview(
                             tuple(handle.summary() for handle in self._live.values()),
-                            tuple(reversed(self._recent))))
+                            tuple(reversed(self._recent)), self._draining))
                     case Drain(timeout=timeout, reply=reply):
                         self._draining = True
                         nursery.start_soon(self._drain, timeout, reply)

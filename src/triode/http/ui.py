@@ -1,6 +1,7 @@
 """The live page: `GET /ui` (static HTML, script and style from `static/`) and its stream,
 `GET /ui/events` (server-sent events: one `snapshot` on connect, then one whenever what it
-shows changed, at most every PUSH_SECS, and a `heartbeat` after HEARTBEAT_SECS of quiet).
+shows changed, at most every PUSH_SECS, a `heartbeat` after HEARTBEAT_SECS of quiet, and a
+`shutdown` that ends it when the server starts shutting down).
 
 The page's files hold no data and are served without auth (a browser cannot send an
 Authorization header when it navigates); the stream is an API route like any other, behind
@@ -243,6 +244,7 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
                          if prompt_tokens else None},
         "registry": attrs.asdict(registry),
         "stores": {name: store_json(st) for name, st in stores.items()},
+        "draining": overview.draining,
         "live": [e for e in live if visible_to(who, e)],
         "recent": [e for e in recent if visible_to(who, e)],
     }
@@ -266,7 +268,8 @@ def frame(kind: str, data: Any) -> bytes:
 async def ui_events() -> Response:
     """A snapshot of what the live page shows. With `Accept: text/event-stream`: `snapshot`
     events (the first on connect, then one whenever it changed, at most every 250 ms, each
-    with the plots' samples since the last) and a `heartbeat` after 5 s without one."""
+    with the plots' samples since the last), a `heartbeat` after 5 s without one, and a
+    last `shutdown` event when the server starts shutting down."""
     h = handles()
     access: AccessLog = current_app.config["TRIODE_ACCESS"]
     who = caller()
@@ -289,6 +292,11 @@ async def ui_events() -> Response:
                 shown = snap
                 yield frame("snapshot", {**snap, "now": time.time(), "history": samples})
                 quiet_since = trio.current_time()
+            if snap["draining"]:
+                # The server is shutting down: the page is told, and the stream does not
+                # hold the shutdown up.
+                yield frame("shutdown", {"now": time.time()})
+                return
             elif trio.current_time() - quiet_since >= HEARTBEAT_SECS:
                 yield frame("heartbeat", {"now": time.time()})
                 quiet_since = trio.current_time()

@@ -18,6 +18,7 @@ const state = {
   retries: 0,
   connected: false,
   lastSeen: null,        // Date of the last frame
+  shuttingDown: false,   // the server said it is shutting down
 };
 
 // ---- formatting ------------------------------------------------------------------------
@@ -161,7 +162,8 @@ async function connect() {
     ended = abort.signal.aborted ? "no data for " + WATCHDOG_MS / 1000 + " s" : "connection lost";
   }
   clearTimeout(watchdog);
-  disconnected(ended);
+  disconnected(state.shuttingDown ? "it is shutting down" : ended);
+  state.shuttingDown = false;
 }
 
 function frame(block) {
@@ -191,6 +193,8 @@ function frame(block) {
     const oldest = payload.now - HISTORY_SECS;
     while (state.samples.length && state.samples[0][0] < oldest) state.samples.shift();
     render();
+  } else if (kind === "shutdown") {
+    state.shuttingDown = true;
   } else if (kind === "heartbeat" && state.snap) {
     state.snap.now = payload.now;
     state.receivedAt = performance.now();
@@ -498,9 +502,10 @@ function renderPlots(s) {
     figure.querySelector(".line").setAttribute("d", line);
     figure.querySelector(".line").classList.toggle("bars", !!p.bars);
     figure.querySelector(".area").setAttribute("d", area);
-    const last = samples.length ? samples[samples.length - 1][p.col] : null;
-    figure.querySelector("[data-now]").textContent = p.col === 5 && last == null && s.prompt_cache.hit_share != null
-      ? fmtShare(s.prompt_cache.hit_share) + " all" : p.fmt(last);
+    // The latest interval's figure; for TTFT and the hit share (intervals without a
+    // first token or a prompt have none) the latest one that had one.
+    const last = points.length ? points[points.length - 1][1] : null;
+    figure.querySelector("[data-now]").textContent = p.fmt(last);
     if (!p.fixed) figure.querySelector("[data-max]").textContent = "max " + p.fmt(max);
   }
 }
