@@ -268,7 +268,8 @@ def frame(kind: str, data: Any) -> bytes:
 async def ui_events() -> Response:
     """A snapshot of what the live page shows. With `Accept: text/event-stream`: `snapshot`
     events (the first on connect, then one whenever it changed, at most every 250 ms, each
-    with the plots' samples since the last), a `heartbeat` after 5 s without one, and a
+    with the plots' samples since the last, and the recent list only when it changed), a
+    `heartbeat` after 5 s without one, and a
     last `shutdown` event when the server starts shutting down."""
     h = handles()
     access: AccessLog = current_app.config["TRIODE_ACCESS"]
@@ -289,8 +290,11 @@ async def ui_events() -> Response:
             if samples:
                 after = samples[-1][0]
             if snap != shown or samples:
+                payload = {**snap, "now": time.time(), "history": samples}
+                if shown is not None and snap["recent"] == shown["recent"]:
+                    del payload["recent"]   # most of a snapshot's bytes; the page keeps it
                 shown = snap
-                yield frame("snapshot", {**snap, "now": time.time(), "history": samples})
+                yield frame("snapshot", payload)
                 quiet_since = trio.current_time()
             if snap["draining"]:
                 # The server is shutting down: the page is told, and the stream does not

@@ -19,6 +19,7 @@ const state = {
   connected: false,
   lastSeen: null,        // Date of the last frame
   shuttingDown: false,   // the server said it is shutting down
+  downReason: null,      // why the page lost the server, until it is back
 };
 
 // ---- formatting ------------------------------------------------------------------------
@@ -100,6 +101,9 @@ function showBanner(text) {
 }
 
 function disconnected(reason) {
+  // The first reason stays (a shutdown, a lost connection); retries only fail to connect.
+  state.downReason = state.downReason || reason;
+  reason = state.downReason;
   state.connected = false;
   const delay = RETRY_MS[Math.min(state.retries, RETRY_MS.length - 1)];
   state.retries++;
@@ -178,6 +182,7 @@ function frame(block) {
   state.lastSeen = new Date();
   if (!state.connected) {
     state.connected = true;
+    state.downReason = null;
     state.retries = 0;
     showBanner("");
     $("keyform").hidden = true;
@@ -187,6 +192,7 @@ function frame(block) {
     if (state.snap === null || payload.started_at !== state.snap.started_at || payload.worker !== state.snap.worker) {
       state.samples = [];    // a fresh server: its history starts over
     }
+    if (payload.recent === undefined) payload.recent = state.snap.recent;   // unchanged
     state.snap = payload;
     state.receivedAt = performance.now();
     state.samples.push(...payload.history);
