@@ -138,9 +138,9 @@ def recent_entry(s: ResponseSummary, worker: str) -> dict[str, Any]:
 @attrs.define
 class RemoteJob:
     """What this stream knows of a job another process runs, from the job board: its
-    stored record, then the events it mirrored (read on from `last`)."""
+    stored record, then the events it mirrored (read on from `last`). Its timeline starts
+    at its creation; a later status is stamped when this stream first saw it."""
 
-    created_at: float
     background: bool
     store: bool
     status: str = "queued"
@@ -187,7 +187,7 @@ class RemoteJobs:
                 obj = record["response"]
                 created = float(obj.get("created_at") or time.time())
                 self._jobs[rid] = (owner, RemoteJob(
-                    created, bool(obj.get("background")), bool(obj.get("store")),
+                    bool(obj.get("background")), bool(obj.get("store")),
                     timeline=[["queued", created]]))
             job = self._jobs[rid][1]
             events = await board.events(rid, job.last)
