@@ -8,6 +8,7 @@ shared store (SQLite, Redis) shows another worker's job, naming that worker, and
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -17,6 +18,7 @@ from .browser import DESKTOP, PHONE, browser, page_on
 from .test_spine import HOLD, MODEL
 
 KEY = "sk-ui-test"
+ALPHA, BETA = "sk-ui-alpha", "sk-ui-beta"
 HOLD_JOB = {k: v for k, v in HOLD.items() if k not in ("stream", "model", "input")}
 APPEARS_MS = 1000     # the issue: a job started over the API is on the page within a second
 
@@ -196,6 +198,37 @@ def test_a_stopped_server_shows_disconnected_until_it_is_back(chromium):
                 assert page.is_hidden("#banner")
                 assert not page.evaluate(
                     "document.querySelector('main').classList.contains('stale')")
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_a_tenants_page_never_shows_another_tenants_response(chromium, tmp_path):
+    """With --api-keys-file, alpha's page lists alpha's job (and cancels it) but never
+    beta's, running or ended, anywhere on the page; the stream's snapshots agree."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"tenants": {"alpha": {"keys": [ALPHA]},
+                                            "beta": {"keys": [BETA]}}}))
+    with run_server("--api-keys-file", str(keys)) as server:
+        theirs = start_hold_job(server, api_key=BETA)
+        with page_on(chromium, server.base_url + "/ui", key=ALPHA) as (page, errors):
+            page.wait_for_selector("#conn[data-state=live]")
+            mine = start_hold_job(server, api_key=ALPHA)
+            page.wait_for_selector(f"#live tr[data-id='{mine}']")
+            assert theirs not in page.content()
+            page.locator(f"#live tr[data-id='{mine}'] button.cancel").press("Enter")
+            page.wait_for_selector(f"#recent tr[data-id='{mine}'] .status.s-cancelled")
+            r = server.http.post(f"/v1/responses/{theirs}/cancel", headers=bearer(BETA))
+            assert r.status_code == 200 and r.json()["status"] == "cancelled"
+            # The server-wide count of live supervisors reaches 0 once beta's has ended too:
+            # the page has drawn a snapshot taken after it.
+            page.wait_for_selector("[data-field='registry.live'][data-value='0']")
+            assert theirs not in page.content()
+            assert errors == []
+        alpha, beta = (json.dumps(snapshot(server, bearer(key))) for key in (ALPHA, BETA))
+        assert mine in alpha and theirs not in alpha
+        assert theirs in beta and mine not in beta
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -29,11 +29,12 @@ from ..actors.supervisor import ResponseSummary
 from ..errors import StoreUnavailable
 from ..responses.lifecycle import TERMINAL_STATUSES
 from ..system import Handles
-from .access import AccessLog, Connection
+from ..tenants import DEFAULT_SCOPE, belongs_to, unscoped
+from .access import AccessLog, Connection, access_record
 from .body import json_response
 from .contract import Operation, documented
 from .monitoring import count_tasks, reachable_store_statistics
-from .routes import api, handles, sse_response
+from .routes import api, sse_response
 
 PUSH_SECS = 0.25        # a snapshot at most this often
 HEARTBEAT_SECS = 5.0    # a quiet stream says it is alive this often
@@ -56,21 +57,24 @@ PAGE_HEADERS = {
 
 @attrs.frozen
 class Caller:
-    """Who reads the stream. Today the one `--api-key` (or none) admits everyone alike."""
+    """Who reads the stream: the scope of the tenant its key named (tenants.py; "" for the
+    default tenant of `--api-key` or of no key)."""
 
-    authorization: str
+    scope: str
 
 
 def caller() -> Caller:
-    return Caller(request.headers.get("Authorization", ""))
+    tenant = access_record(request.scope).tenant
+    return Caller(DEFAULT_SCOPE if tenant is None else tenant.scope)
 
 
-def visible_to(who: Caller, response: dict[str, Any]) -> bool:
-    """TENANT FILTER, the one place the page decides what a caller sees: whether `who` may
-    see `response` (a live or recent entry of the snapshot: its `id`, `worker`, ...). With
-    today's single `--api-key`, everyone who got past the key sees every response; with
-    per-tenant keys this answers whether the response belongs to the caller's tenant."""
-    return True
+def visible_to(who: Caller, key: str) -> bool:
+    """THE TENANT FILTER, the one place the page decides what a caller sees: whether the
+    response the registry or the job board names `key` (tenants.scoped) is the caller's
+    tenant's. Another tenant's responses do not exist for it, here as on the API. The
+    server-wide figures (slots, queue, stores' totals, counts) are shown to every caller,
+    as /health shows them."""
+    return belongs_to(key, who.scope)
 
 
 # ---- the page ------------------------------------------------------------------------------
@@ -153,8 +157,11 @@ class RemoteJobs:
     """The other processes' jobs, read from the job board every REMOTE_SECS (one per
     stream: each stream reads on from where it was)."""
 
-    def __init__(self, h: Handles) -> None:
+    def __init__(self, h: Handles, who: Caller) -> None:
+        """`h`: the whole server's handles (the board and the stores name jobs by their
+        tenant's keys); only `who`'s are read and shown."""
         self._h = h
+        self._who = who
         self._jobs: dict[str, tuple[str, RemoteJob]] = {}
         self._read_at = -REMOTE_SECS
 
@@ -168,16 +175,18 @@ class RemoteJobs:
                 await self._read(local)
             except StoreUnavailable:
                 pass   # the store figures say it is down; the last jobs read stay shown
-        return [{"id": rid, "status": job.status, "background": job.background,
+        return [{"id": unscoped(key)[1], "status": job.status, "background": job.background,
                  "store": job.store, "worker": short_worker(owner), "here": False,
                  "tokens": job.deltas, "timeline": job.timeline, "connections": []}
-                for rid, (owner, job) in self._jobs.items() if rid not in local]
+                for key, (owner, job) in self._jobs.items()
+                if key not in local and visible_to(self._who, key)]
 
     async def _read(self, local: set[str]) -> None:
         board = self._h.board
         assert board is not None
-        found = {rid: owner for rid, owner in await board.jobs()
-                 if owner is not None and owner != board.worker_id and rid not in local}
+        found = {key: owner for key, owner in await board.jobs()
+                 if owner is not None and owner != board.worker_id and key not in local
+                 and visible_to(self._who, key)}
         self._jobs = {rid: entry for rid, entry in self._jobs.items() if rid in found}
         for rid, owner in found.items():
             if rid not in self._jobs:
@@ -220,9 +229,10 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
     stores = await reachable_store_statistics(h)
     here = short_worker(h.board.worker_id) if h.board is not None else "this process"
     open_ = access.connections()
-    live = [live_entry(s, here, open_.get(s.response_id, [])) for s in overview.live]
-    live += await remote.entries({s.response_id for s in overview.live})
-    recent = [recent_entry(s, here) for s in overview.recent]
+    mine = [s for s in overview.live if visible_to(who, s.key)]
+    live = [live_entry(s, here, open_.get(s.response_id, [])) for s in mine]
+    live += await remote.entries({s.key for s in overview.live})
+    recent = [recent_entry(s, here) for s in overview.recent if visible_to(who, s.key)]
     responses = stores["responses"]
     cache = model.prompt_cache
     prompt_tokens = model.generation.prompt_tokens
@@ -245,8 +255,8 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
         "registry": attrs.asdict(registry),
         "stores": {name: store_json(st) for name, st in stores.items()},
         "draining": overview.draining,
-        "live": [e for e in live if visible_to(who, e)],
-        "recent": [e for e in recent if visible_to(who, e)],
+        "live": live,
+        "recent": recent,
     }
 
 
@@ -271,16 +281,18 @@ async def ui_events() -> Response:
     with the plots' samples since the last, and the recent list only when it changed), a
     `heartbeat` after 5 s without one, and a
     last `shutdown` event when the server starts shutting down."""
-    h = handles()
+    # The whole server's handles: the registry, the stores and the board name every
+    # tenant's responses, and `visible_to` picks the caller's.
+    h: Handles = current_app.config["TRIODE_HANDLES"]
     access: AccessLog = current_app.config["TRIODE_ACCESS"]
     who = caller()
 
     if "text/event-stream" not in request.headers.get("Accept", ""):
-        snap = await snapshot(h, access, who, RemoteJobs(h))
+        snap = await snapshot(h, access, who, RemoteJobs(h, who))
         return json_response({**snap, "now": time.time(), "history": await history(h, 0.0)})
 
     async def frames() -> AsyncIterator[bytes]:
-        remote = RemoteJobs(h)
+        remote = RemoteJobs(h, who)
         shown: dict[str, Any] | None = None
         after = 0.0
         quiet_since = trio.current_time()
