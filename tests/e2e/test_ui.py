@@ -2,8 +2,9 @@
 without console errors, shows the store figures `/health` shows, shows a background job
 started over the API within a second, cancels it from a keyboard-pressed button (and the
 API agrees), fits a phone and a 1280 px screen without horizontal scrolling, asks for the
-API key when the server has one, says so clearly when the server goes away, and with a
-shared store (SQLite, Redis) shows another worker's job, naming that worker, and cancels it.
+API key when the server has one, never shows a tenant another tenant's responses, says so
+clearly when the server goes away, and with a shared store (SQLite, Redis) shows another
+worker's job, naming that worker, and cancels it.
 """
 
 from __future__ import annotations
