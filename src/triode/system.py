@@ -35,6 +35,7 @@ from .actors import limits as tenant_limits
 from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
 from .actors.limits import TenantLimits, TenantLimitsHandle
 from .actors.model import ModelActor, ModelHandle
+from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
 from .actors.sqlite import SqliteBoard, SqliteOpenError
 from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
@@ -72,6 +73,8 @@ class Handles:
     tenants: Tenants = attrs.Factory(lambda: Tenants(single(None)))
     limits: TenantLimitsHandle | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
+    monitor: MonitorHandle | None = None   # the live page's history of generation's figures
+    board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
 
     def for_tenant(self, tenant: Tenant) -> Handles:
         """What one tenant's requests see: the turn and conversation services scoped to it
@@ -333,7 +336,9 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
                   background_off=background_off(settings), board=board,
                   prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
+    monitor: MonitorHandle = await nursery.start(Monitor(model).run)
     task_status.started(Handles(
         turns=turns, model=model, registry=registry, responses=responses,
         conversations=conversations, echo=echo, model_names=names, blas=blas,
-        conversations_api=Conversations(conversations), tenants=tenants, limits=limits))
+        conversations_api=Conversations(conversations), tenants=tenants, limits=limits,
+        monitor=monitor, board=board))
