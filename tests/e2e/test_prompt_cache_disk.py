@@ -58,9 +58,9 @@ def test_entries_evicted_from_memory_come_back_from_disk(tmp_path):
     with run_server("--prompt-cache-dir", str(tmp_path), "--prompt-cache-bytes", "1000000") \
             as server:
         client = server.client()
-        one = ask(client, "violet river")
-        other = ask(client, "marble sun field")   # evicts `one` from memory
-        assert (one.output_text, other.output_text) == ("violet river", "marble sun field")
+        one = ask(client, "violet river copper lantern 42")
+        other = ask(client, "zq")   # evicts `one` from memory; shares only the instructions
+        assert (one.output_text, other.output_text) == ("violet river copper lantern 42", "zq")
         assert server.health()["prompt_cache"]["entries"] == 1
         wait_until(lambda: kv_files(tmp_path))   # written by the disk tier's own thread
         follow = ask(client, "cedar plume", previous=one.id)

@@ -279,3 +279,25 @@ def test_a_write_that_fails_is_counted_and_logged_and_the_tier_goes_on(tmp_path,
     t.evicted("model", list(range(100, 140)), kv)
     wait_for(lambda: t.figures().writes == 1)
     t.close([])
+
+
+def test_a_file_is_read_only_when_it_serves_enough_more_than_memory(tmp_path):
+    """At least MIN_GAIN_TOKENS more than memory serves, and at least MIN_SHARE of the
+    entry: a whole file is not read for the template's first tokens."""
+    tokens = list(range(100))
+    keys = mx.zeros((1, 2, 100, 64))
+    from mlx_lm.models.cache import KVCache
+
+    kv = [KVCache()]
+    kv[0].update_and_fetch(keys, keys)
+    t = tier(tmp_path, 1 << 30)
+    t.close([("model", tokens, kv)])
+    again = tier(tmp_path, 1 << 30)
+    prompt = tokens + [999]
+    gain = disk_cache.MIN_GAIN_TOKENS
+    assert again.find("model", prompt, reused=100 - gain)[1] == 100
+    assert again.find("model", prompt, reused=100 - gain + 1) is None
+    share = int(disk_cache.MIN_SHARE * 100)   # 25 tokens of 100
+    assert again.find("model", tokens[:share] + [999, 999])[1] == share
+    assert again.find("model", tokens[:share - 1] + [999, 999]) is None
+    again.close([])

@@ -46,6 +46,11 @@ SUFFIX = ".kv"
 TEMP_PREFIX = ".tmp-"
 KEY_FILE = "key.json"
 PROBE_FILE = ".triode-write-probe"
+# A file is read back only when it serves at least this many tokens more than memory does,
+# and at least this share of its own tokens (a file is read whole: reading a long entry for a
+# short shared prefix, the template's first tokens, costs more than prefilling them).
+MIN_GAIN_TOKENS = 16
+MIN_SHARE = 0.25
 # While a load is pending and nothing runs, the engine waits this long for it at a time
 # before it looks for new commands again.
 LOAD_POLL_SECONDS = 0.005
@@ -483,11 +488,20 @@ class DiskTier:
             self._pending += encoded.size
         self._writes.put(encoded)
 
-    def find(self, namespace: str, prompt: Sequence[int]) -> tuple[DiskEntry, int] | None:
+    def find(self, namespace: str, prompt: Sequence[int], reused: int = 0
+             ) -> tuple[DiskEntry, int] | None:
+        """The entry worth loading for `prompt` when memory serves `reused` of its tokens (see
+        MIN_GAIN_TOKENS), and how many tokens it serves; None when there is none."""
         import numpy as np
 
         with self._lock:
-            return self._index.find(namespace, np.asarray(prompt, dtype=np.int64))
+            found = self._index.find(namespace, np.asarray(prompt, dtype=np.int64))
+        if found is None:
+            return None
+        entry, reuse = found
+        if reuse - reused < MIN_GAIN_TOKENS or reuse < MIN_SHARE * len(entry.tokens):
+            return None
+        return found
 
     def load(self, uid: int, entry: DiskEntry, reuse: int) -> None:
         self._reads.put((uid, entry, reuse))

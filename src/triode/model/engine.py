@@ -280,8 +280,9 @@ class Engine:
                         kv, rest = cache.fetch(prompt, namespace) if cache is not None \
                             else (None, prompt)
                         reused = len(prompt) - len(rest)
-                        found = disk.find(namespace, prompt) if disk is not None else None
-                        if disk is not None and found is not None and found[1] > reused:
+                        found = disk.find(namespace, prompt, reused) if disk is not None \
+                            else None
+                        if disk is not None and found is not None:
                             loading[cmd.uid] = cmd   # prefilled once the file is read back
                             disk.load(cmd.uid, *found)
                         else:
