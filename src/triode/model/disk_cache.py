@@ -75,10 +75,12 @@ def cache_key(model: str, *, kv_bits: int, attention_window: int,
     import mlx_lm
 
     path = Path(model)
-    if not path.exists():   # a Hugging Face repo id: the local copy mlx-lm loaded
-        from mlx_lm.utils import _download
+    if not path.exists():   # a Hugging Face repo id: the local copy mlx-lm just loaded
+        from huggingface_hub import snapshot_download
+        from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
-        path = Path(_download(model))
+        path = Path(snapshot_download(model, allow_patterns=DEFAULT_ALLOW_PATTERNS,
+                                      local_files_only=True))
     path = path.resolve()
     config = (path / "config.json").read_bytes()
     quantization = json.loads(config)
@@ -553,7 +555,10 @@ class DiskTier:
         if kept:
             log.info("prompt cache: writing %d entries to %s", len(kept), self.directory)
         for namespace, tokens, kv in kept:
-            self._keep(namespace, tokens, kv, bounded=False)
+            try:
+                self._keep(namespace, tokens, kv, bounded=False)
+            except Exception:   # an engine that died may hold unusable arrays: the rest go on
+                log.warning("prompt cache: cannot write an entry at shutdown", exc_info=True)
         self._reads.put(None)
         self._writes.put(None)
         for thread in self._threads:

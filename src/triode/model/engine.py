@@ -362,7 +362,7 @@ class Engine:
             tier = DiskTier(self.prompt_cache_dir, self.prompt_cache_disk_bytes, key,
                             pending_limit=self.prompt_cache_bytes)
             tier.open()
-        except OSError as exc:
+        except Exception as exc:   # the server serves on from memory
             log.warning("prompt cache: cannot use %s (%s); running without the disk tier",
                         self.prompt_cache_dir, exc)
             return None
