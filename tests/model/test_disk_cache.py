@@ -301,3 +301,15 @@ def test_a_file_is_read_only_when_it_serves_enough_more_than_memory(tmp_path):
     assert again.find("model", tokens[:share] + [999, 999])[1] == share
     assert again.find("model", tokens[:share - 1] + [999, 999]) is None
     again.close([])
+
+
+def test_a_flipped_byte_in_the_header_is_refused_too(tmp_path):
+    """The checksum covers the header: tokens changed on disk never serve another prompt."""
+    path = written(tmp_path, kv_caches())
+    data = path.read_bytes()
+    at = data.index(b'"tokens": [0, 1, 2') + len(b'"tokens": [0, 1, ')
+    path.write_bytes(data[:at] + b"7" + data[at + 1:])   # token 2 becomes 7
+    header, _ = read_header(path, KEY)
+    assert header["tokens"][2] == 7
+    with pytest.raises(CorruptEntry, match="checksum"):
+        read_arrays(path, KEY)

@@ -16,7 +16,7 @@ header, so an entry is only ever loaded into the configuration that wrote it.
 
 A file: MAGIC, the header's length (u64 little-endian), the header (JSON: key, namespace,
 tokens, each layer's cache class and state, the arrays' dtypes, shapes and offsets), the
-arrays' bytes, and a CRC-32 of those bytes. Written to a temporary file and renamed; a file
+arrays' bytes, and a CRC-32 of the header and those bytes. Written to a temporary file and renamed; a file
 whose size, header or CRC is wrong is skipped with a warning and removed, never loaded.
 """
 
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MAGIC = b"TRIODEKV"
 PREAMBLE = struct.Struct("<8sQ")   # MAGIC, the header's length
-TRAILER = struct.Struct("<I")      # CRC-32 of the arrays' bytes
+TRAILER = struct.Struct("<I")      # CRC-32 of the header and the arrays' bytes
 SUFFIX = ".kv"
 TEMP_PREFIX = ".tmp-"
 KEY_FILE = "key.json"
@@ -280,7 +280,7 @@ def write_file(directory: Path, entry: Encoded) -> None:
         with open(temp, "wb") as f:
             f.write(PREAMBLE.pack(MAGIC, len(entry.header)))
             f.write(entry.header)
-            crc = 0
+            crc = zlib.crc32(entry.header)
             for view in entry.buffers:
                 data = view if view.c_contiguous else view.tobytes()
                 crc = zlib.crc32(data, crc)
@@ -325,28 +325,32 @@ def read_header(path: Path, key: str) -> tuple[dict[str, Any], int]:
 
 def read_arrays(path: Path, key: str) -> tuple[dict[str, Any], list[Any]]:
     """In the reader thread: a whole file, checked (CorruptEntry), and its arrays as MLX
-    arrays (bfloat16 ones as uint16, reinterpreted by `decode` in the engine thread)."""
+    arrays (bfloat16 ones as uint16, reinterpreted by `decode` in the engine thread). The file
+    is mapped, not read: the checksum and the arrays' one copy read the page cache directly."""
+    import mmap
+
     import mlx.core as mx
     import numpy as np
 
     header, start = read_header(path, key)
-    data = path.read_bytes()
     payload = int(header["payload"])
-    if len(data) != start + payload + TRAILER.size:
-        raise CorruptEntry("changed size while it was read")
-    body = memoryview(data)[start:start + payload]
-    (crc,) = TRAILER.unpack(data[start + payload:])
-    if zlib.crc32(body) != crc:
-        raise CorruptEntry("checksum mismatch")
     arrays = []
-    try:
-        for a in header["arrays"]:
-            dtype = "uint16" if a["dtype"] == "bfloat16" else a["dtype"]
-            values = np.frombuffer(body, dtype=np.dtype(dtype), offset=int(a["offset"]),
-                                   count=int(a["nbytes"]) // np.dtype(dtype).itemsize)
-            arrays.append(mx.array(values.reshape(a["shape"])))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptEntry(f"unreadable arrays ({exc})") from None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        if len(mapped) != start + payload + TRAILER.size:
+            raise CorruptEntry("changed size while it was read")
+        with memoryview(mapped) as whole, whole[start:start + payload] as body:
+            (crc,) = TRAILER.unpack(whole[start + payload:])
+            if zlib.crc32(whole[PREAMBLE.size:start + payload]) != crc:   # header too
+                raise CorruptEntry("checksum mismatch")
+            try:
+                for a in header["arrays"]:
+                    dtype = np.dtype("uint16" if a["dtype"] == "bfloat16" else a["dtype"])
+                    # One expression: no view of the mapping outlives it, even on an error.
+                    arrays.append(mx.array(np.frombuffer(   # a copy
+                        body, dtype=dtype, offset=int(a["offset"]),
+                        count=int(a["nbytes"]) // dtype.itemsize).reshape(a["shape"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CorruptEntry(f"unreadable arrays ({exc})") from None
     return header, arrays
 
 
@@ -521,7 +525,11 @@ class DiskTier:
                 break
             kv = None
             if not isinstance(result, Exception):
+                header = result[0]
                 try:
+                    if header["namespace"] != entry.namespace or \
+                            header["tokens"] != entry.tokens.tolist():
+                        raise CorruptEntry("its header changed since it was indexed")
                     kv = decode(*result)
                     if len(entry.tokens) > reuse:
                         trim_prompt_cache(kv, len(entry.tokens) - reuse)
@@ -613,8 +621,12 @@ class DiskTier:
             uid, entry, reuse = job
             path = self.directory / entry.name
             result: Any
+            began = time.perf_counter()
             try:
                 result = read_arrays(path, self.key)
+                log.debug("prompt cache: read %d tokens (%d bytes) from %s in %.3f s",
+                          len(entry.tokens), entry.size, entry.name,
+                          time.perf_counter() - began)
                 now = time.time()
                 os.utime(path, (now, now))
                 with self._lock:
