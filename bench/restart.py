@@ -94,10 +94,12 @@ def report(a: list[dict], b: list[dict], stops: dict[str, float], args: argparse
                    f"{y['cached']} | {y['ttft'] * ms:.0f} | {y['ttft'] / x['ttft']:.1f} |")
     a10, a11, b11 = a[n - 1]["ttft"], a[n]["ttft"], b[n]["ttft"]
     later = statistics.median(t["ttft"] for t in a[n + 1:]) if len(a) > n + 1 else float("nan")
+    before = statistics.median(t["ttft"] for t in a[1:n]) if n > 1 else a10
     out += ["",
             f"turn {n + 1} TTFT: {a11 * ms:.0f} ms with the disk tier, {b11 * ms:.0f} ms "
             f"without: B{n + 1} / A{n + 1} = {b11 / a11:.1f}x (target >= 5); turn {n}: "
-            f"{a10 * ms:.0f} ms, A{n + 1} / A{n} = {a11 / a10:.2f} (target <= 1.5); "
+            f"{a10 * ms:.0f} ms, A{n + 1} / A{n} = {a11 / a10:.2f} (target <= 1.5), against "
+            f"the median of A's turns 2-{n} ({before * ms:.0f} ms) {a11 / before:.2f}; "
             f"A's turns {n + 2}-{len(a)} median {later * ms:.0f} ms; the first server's "
             f"shutdown took {stops['A']:.1f} s with the disk tier (it writes the memory tier), "
             f"{stops['B']:.1f} s without."]
