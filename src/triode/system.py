@@ -43,6 +43,7 @@ from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, 
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
+from .model.disk_cache import check_directory
 from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
 from .service.turns import Turns
@@ -210,6 +211,12 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
     Logs the load before it starts and every LOAD_PROGRESS_SECS while it lasts; a load that
     fails is a SettingsError naming `--model` (the traceback is logged at debug level)."""
     path = model_path(settings)
+    if settings.prompt_cache_dir is not None:
+        try:
+            check_directory(settings.prompt_cache_dir)
+        except OSError as exc:
+            raise SettingsError(f"--prompt-cache-dir: {settings.prompt_cache_dir}: cannot "
+                                f"write there ({exc.strerror or exc})") from None
     log.info("loading model %s", path)
     began = trio.current_time()
 
@@ -229,6 +236,8 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
             prompt_cache_bytes=settings.prompt_cache_bytes,
             prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
             attention_window=settings.attention_window,
+            prompt_cache_dir=settings.prompt_cache_dir,
+            prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
             speculative=settings.speculative, load_options=load_options(settings)).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)
