@@ -51,7 +51,7 @@ def run(prefill_chunk: int, short: list[int], long: list[int], *, insert_after: 
 
     started = {"first": True}
 
-    def first_exchange(outputs, idle, cache):
+    def first_exchange(outputs, idle, cache, speculation=None):
         if started["first"]:
             started["first"] = False
             return [Insert(1, GenerationRequest(prompt=short, max_tokens=120, sampling=GREEDY))]

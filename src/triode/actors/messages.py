@@ -12,6 +12,7 @@ import trio
 
 from ..model.engine import Command, StepOutput
 from ..model.request import GenerationRequest
+from ..model.speculation import SpeculationStatistics
 from .mailbox import ReplyChannel as Reply
 
 
@@ -49,6 +50,7 @@ class Step:
     outputs: list[StepOutput]
     idle: bool
     prompt_cache: tuple[int, int] | None = None   # the engine's (entries, bytes); None: off
+    speculation: SpeculationStatistics | None = None   # when they changed; None: unchanged
 
 
 @attrs.frozen
@@ -82,6 +84,7 @@ class ModelStatistics:
     rendering: int        # chat templates being rendered, or waiting for a render thread
     prompt_cache: PromptCacheStatistics
     generation: GenerationStatistics
+    speculation: SpeculationStatistics | None = None   # None: --speculative off
 
 
 @attrs.frozen
