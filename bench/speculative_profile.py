@@ -220,7 +220,7 @@ class ProfiledEngine:
             state["tokens"] = len(result[1])
             return result
 
-        def timed_exchange(outputs: Any, idle: bool, cache: Any) -> Any:
+        def timed_exchange(outputs: Any, idle: bool, cache: Any, *rest: Any) -> Any:
             now = time.perf_counter()
             generator, began = state["generator"], state["began"]
             if began is not None and generator is not None and p.enabled:
@@ -229,8 +229,10 @@ class ProfiledEngine:
                 kind = "plain-engine"
                 if counts is not None:
                     before = state["counts"]
-                    kind = ("speculative" if counts["speculative"] > before["speculative"]
-                            else "plain")
+                    kind = "plain"
+                    if counts["speculative"] > before["speculative"]:
+                        drafted = counts["drafted"] - before["drafted"]   # one row: its k
+                        kind = "speculative k<=4" if drafted <= 4 else "speculative k>4"
                 if generator._counters.prompt_tokens == state["prompt"] and state["tokens"]:
                     sections = dict(p.current)
                     inner = sum(sections.get(s, 0.0) for s in
@@ -241,7 +243,7 @@ class ProfiledEngine:
                     sections["total"] = now - began
                     p.iterations.append((kind, state["tokens"], 0, sections))
             start = time.perf_counter()
-            result = exchange(outputs, idle, cache)
+            result = exchange(outputs, idle, cache, *rest)
             handoff = time.perf_counter() - start
             p.current = defaultdict(float)
             p.current["handoff"] = handoff
@@ -274,7 +276,7 @@ def summarize(iterations: list[tuple[str, int, int, dict[str, float]]]
     """Per kind: iterations, tokens per iteration, each section's median seconds (and the
     median iteration's total: the machine is shared, and a mean would be its worst moments)."""
     out: dict[str, tuple[int, float, dict[str, float]]] = {}
-    for kind in ("plain-engine", "plain", "speculative"):
+    for kind in ("plain-engine", "plain", "speculative k<=4", "speculative k>4"):
         rows = [it for it in iterations if it[0] == kind]
         if not rows:
             continue
@@ -331,7 +333,8 @@ def main() -> int:
                 for kind, (count, per_step, means) in summarize(collected[way]).items():
                     label = {"plain-engine": "plain (`--speculative off`)",
                              "plain": "plain (ngram batch, not drafting)",
-                             "speculative": "speculative"}[kind]
+                             "speculative k<=4": "speculative, k <= 4 drafted",
+                             "speculative k>4": "speculative, k 5-8 drafted"}[kind]
                     print(f"| {name} | {label} | {count} | {per_step:.2f} | "
                           f"{means['total'] * 1e3:.2f} | "
                           + " | ".join(f"{means[s] * 1e3:.2f}" for s in SECTIONS)
