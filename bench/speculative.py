@@ -8,9 +8,12 @@ greedy decoding, the same max tokens; C streams means C sequences decoded togeth
 start. Every run also checks that the two ways generated the same tokens.
 
 Workloads:
-    edit     a ~400-token passage of words as the system message, and `Reply with: <an
-             excerpt of it, two words changed>` (the bundled model's copy task; it copies
-             about a dozen words well, so the output is short and prefill weighs heavily)
+    copy     `Reply with:` and 60-90 words (the long-copy task: the answer repeats the prompt)
+    edit     a file (8 lines of 8 words) as the system message, and `Reply with:` the same
+             file with two of its lines changed (an edit: the answer repeats most of both)
+    excerpt  a ~400-token passage of words as the system message, and `Reply with: <an
+             excerpt of it, two words changed>` (the bundled model copies about a dozen
+             words well, so the output is short and prefill weighs heavily)
     random   prompts of random tokens with nothing repeated: nothing to copy from the prompt
              (greedy output may still repeat itself, which speculation then drafts)
     sampled  the random prompts at temperature 1: random text, whose drafts fail (the two
@@ -22,15 +25,19 @@ random-weight qwen3 with the bundled tokenizer, built in a temporary directory).
 
     .venv/bin/python bench/speculative.py                        # everything below
     .venv/bin/python bench/speculative.py --models bundled --streams 1,8 --workloads edit
+    .venv/bin/python bench/speculative.py --models "" --server --repeat 5   # servers only
 
-Ratios are speculative / plain tokens per second from ONE run (the machine is noisy, so only
-ratios within a run mean anything); the Markdown table goes to stdout, progress to stderr.
+Each row runs plain and speculative decoding alternately, --repeat times each (plain,
+speculative, plain, ...); each pair gives one ratio of speculative / plain tokens per second
+(the machine is noisy, so only ratios measured side by side mean anything), and the row
+shows their median and minimum. The Markdown table goes to stdout, progress to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -49,7 +56,28 @@ EXCERPT_WORDS = 12       # the part to repeat: about as long as the bundled mode
 EDITS = 2                # words of the excerpt changed in the instruction
 
 
-def edit_prompt(tokenizer, seed: int) -> list[int]:
+LINES, LINE_WORDS, CHANGED_LINES = 8, 8, 2   # the edit task's file and its edit
+
+
+def copy_prompt(tokenizer, seed: int) -> list[int]:
+    """`Reply with:` and 60-90 words."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(rng.randint(60, 90))]
+    return encode(tokenizer, [{"role": "user", "content": "Reply with: " + " ".join(words)}])
+
+
+def file_edit_prompt(tokenizer, seed: int) -> list[int]:
+    """A file as the system message; the user asks for it back with a few lines changed."""
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(LINE_WORDS)) for _ in range(LINES)]
+    edited = list(lines)
+    for i in rng.sample(range(LINES), CHANGED_LINES):
+        edited[i] = " ".join(rng.choice(WORDS) for _ in range(LINE_WORDS))
+    return encode(tokenizer, [{"role": "system", "content": "\n".join(lines)},
+                              {"role": "user", "content": "Reply with: " + "\n".join(edited)}])
+
+
+def excerpt_prompt(tokenizer, seed: int) -> list[int]:
     """The passage as the system message; the user asks for an excerpt of it back with a
     few words changed."""
     rng = random.Random(seed)
@@ -66,6 +94,10 @@ def random_prompt(tokenizer, seed: int, length: int = 64) -> list[int]:
     rng = random.Random(seed)
     vocab = [t for t in range(tokenizer.vocab_size) if t not in set(tokenizer.eos_token_ids)]
     return rng.sample(vocab, length)   # no token twice: no n-gram to look up
+
+
+PROMPTS = {"copy": copy_prompt, "edit": file_edit_prompt, "excerpt": excerpt_prompt,
+           "random": random_prompt, "sampled": random_prompt}
 
 
 def encode(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -117,23 +149,22 @@ def decode_all(model, tokenizer, prompts: list[list[int]], streams: int, max_tok
     return seconds, decode, [out[u] for u in uids], counts
 
 
-def median_run(runs: list[tuple]) -> tuple:
-    """The run of median total time (its decode time, tokens and counts with it)."""
-    return sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="bundled,random")
     parser.add_argument("--streams", default="1,8,32")
-    parser.add_argument("--workloads", default="edit,random,sampled")
+    parser.add_argument("--workloads", default="copy,edit,random,sampled")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--requests", type=int, default=3,
                         help="requests per stream (at least 8 in all)")
+    parser.add_argument("--server", action="store_true",
+                        help="also the copy task through two real servers (`--speculative "
+                        "off` and the default), streamed, one request at a time: decode "
+                        "tokens per second from each response's first delta to its last")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each way, interleaved (plain, speculative, plain, ...); "
-                        "each way's median time is reported")
+                        "each pair's ratio counts, the row shows their median and minimum")
     args = parser.parse_args()
 
     from triode.model import speculative as spec
@@ -141,7 +172,7 @@ def main() -> int:
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for name in args.models.split(","):
+        for name in filter(None, args.models.split(",")):
             if name == "bundled":
                 path = BUNDLED_PATH
             else:
@@ -152,34 +183,113 @@ def main() -> int:
             blas.set_threads(blas.auto_threads(hidden))
             knee = spec.calibrate(model)
             log(f"{name}: knee {knee:.1f} tokens")
-            for workload in args.workloads.split(","):
+            for workload in filter(None, args.workloads.split(",")):
                 for streams in [int(s) for s in args.streams.split(",")]:
-                    make = edit_prompt if workload == "edit" else random_prompt
-                    temperature = 1.0 if workload == "sampled" else 0.0
-                    count = max(8, streams * args.requests)
-                    prompts = [make(tokenizer, seed) for seed in range(count)]
-                    decode_all(model, tokenizer, prompts[:1], 1, 8, False, knee)   # warm up
-                    runs = [decode_all(model, tokenizer, prompts, streams, args.max_tokens,
-                                       fast, knee, temperature)
-                            for _ in range(args.repeat) for fast in (False, True)]
-                    (plain_s, plain_d, plain, _), (spec_s, spec_d, fast, counts) = (
-                        median_run(runs[0::2]), median_run(runs[1::2]))
-                    n_plain, n_fast = (sum(len(t) for t in out) for out in (plain, fast))
-                    same = "yes" if plain == fast else "—" if temperature else "NO"
-                    rows.append((name, workload, streams, n_plain, n_plain / plain_s,
-                                 n_fast / spec_s, n_plain / plain_d, n_fast / spec_d, same))
-                    log(f"{name} {workload} C={streams}: {n_plain}/{n_fast} tokens, plain "
-                        f"{rows[-1][4]:.0f}/s, speculative {rows[-1][5]:.0f}/s "
-                        f"({rows[-1][5] / rows[-1][4]:.2f}x; decode steps only "
-                        f"{rows[-1][7] / rows[-1][6]:.2f}x), same tokens: {same}; {counts}")
-    print("| model | workload | streams | tokens | plain tok/s | speculative tok/s | ratio | "
-          "decode-only ratio | same tokens |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, workload, streams, tokens, plain_rate, spec_rate, plain_d, spec_d, same in rows:
-        print(f"| {name} | {workload} | {streams} | {tokens} | {plain_rate:.0f} | "
-              f"{spec_rate:.0f} | {spec_rate / plain_rate:.2f}x | {spec_d / plain_d:.2f}x | "
-              f"{same} |")
+                    rows.append(measure(model, tokenizer, name, workload, streams, args, knee))
+    if args.server:
+        rows.append(measure_servers(args))
+    print("| model | workload | streams | tokens | plain tok/s | speculative tok/s | "
+          "ratio: median | min | max | decode-only median | tokens / step | acceptance | "
+          "same tokens |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     return 0 if all(r[-1] != "NO" for r in rows) else 1
+
+
+def measure(model, tokenizer, name: str, workload: str, streams: int, args, knee: float
+            ) -> list[str]:
+    """One row: --repeat interleaved pairs of runs, plain then speculative."""
+    temperature = 1.0 if workload == "sampled" else 0.0
+    count = max(8, streams * args.requests)
+    prompts = [PROMPTS[workload](tokenizer, seed) for seed in range(count)]
+    decode_all(model, tokenizer, prompts[:1], 1, 8, False, knee)   # warm up
+    ratios, decode_ratios, rates, same = [], [], [], True
+    counts: dict[str, int] = {}
+    reference = None
+    for repeat in range(args.repeat):
+        plain_s, plain_d, plain, _ = decode_all(model, tokenizer, prompts, streams,
+                                                args.max_tokens, False, knee, temperature)
+        spec_s, spec_d, fast, run_counts = decode_all(model, tokenizer, prompts, streams,
+                                                      args.max_tokens, True, knee, temperature)
+        n_plain, n_fast = (sum(len(t) for t in out) for out in (plain, fast))
+        rates.append((n_plain / plain_s, n_fast / spec_s))
+        ratios.append(rates[-1][1] / rates[-1][0])
+        decode_ratios.append((n_fast / spec_d) / (n_plain / plain_d))
+        for key, value in run_counts.items():
+            counts[key] = counts.get(key, 0) + value
+        if not temperature:
+            reference = plain if reference is None else reference
+            same = same and plain == fast == reference
+        log(f"{name} {workload} C={streams} run {repeat + 1}: {n_plain}/{n_fast} tokens, "
+            f"plain {rates[-1][0]:.0f}/s, speculative {rates[-1][1]:.0f}/s "
+            f"({ratios[-1]:.2f}x; decode steps only {decode_ratios[-1]:.2f}x); {run_counts}")
+    tokens = sum(len(t) for t in plain)
+    per_step = counts.get("tokens", 0) / max(1, counts.get("sequence_steps", 0))
+    acceptance = counts.get("accepted", 0) / max(1, counts.get("drafted", 0))
+    return [name, workload, str(streams), str(tokens),
+            f"{statistics.median(r[0] for r in rates):.0f}",
+            f"{statistics.median(r[1] for r in rates):.0f}",
+            f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x", f"{max(ratios):.2f}x",
+            f"{statistics.median(decode_ratios):.2f}x", f"{per_step:.2f}", f"{acceptance:.0%}",
+            "—" if temperature else "yes" if same else "NO"]
+
+
+def measure_servers(args) -> list[str]:
+    """The copy task as a user tries it: streamed requests to a server with `--speculative
+    off` and to one with the default, alternated (a run of all prompts on each per repeat)."""
+    import httpx
+    from openai import OpenAI
+
+    import throughput
+    from triode.model.loading import BUNDLED_PATH
+
+    rng = random.Random(31)
+    prompts = ["Reply with: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(60, 90)))
+               for _ in range(max(6, args.requests))]
+
+    def run(url: str) -> tuple[float, int, list[str]]:
+        client = OpenAI(base_url=url + "/v1", api_key="unused")
+        tokens, seconds, texts = 0, 0.0, []
+        for prompt in prompts:
+            first = last = None
+            done = None
+            for event in client.responses.create(model=throughput.ALIAS, input=prompt,
+                                                 max_output_tokens=args.max_tokens,
+                                                 stream=True):
+                if event.type.endswith(".delta"):
+                    last = time.perf_counter()
+                    first = first or last
+                if event.type in ("response.completed", "response.incomplete"):
+                    done = event.response
+            texts.append(done.output_text if done is not None else "")
+            if first is not None and last is not None and done is not None:
+                tokens += done.usage.output_tokens - 1
+                seconds += last - first
+        return tokens / seconds, tokens, texts
+
+    ratios, rates, same = [], [], True
+    with tempfile.TemporaryDirectory() as scratch:
+        throughput.TRIODE_ENV.clear()
+        throughput.TRIODE_ENV["TRIODE_SPECULATIVE"] = "off"
+        with throughput.triode_server(BUNDLED_PATH, 1, Path(scratch) / "off.log") as off:
+            throughput.TRIODE_ENV["TRIODE_SPECULATIVE"] = "ngram"
+            with throughput.triode_server(BUNDLED_PATH, 1, Path(scratch) / "on.log") as on:
+                run(off), run(on)   # warm up
+                for repeat in range(args.repeat):
+                    (plain, tokens, slow), (fast, _, quick) = run(off), run(on)
+                    rates.append((plain, fast))
+                    ratios.append(fast / plain)
+                    same = same and slow == quick
+                    log(f"server copy run {repeat + 1}: plain {plain:.0f}/s, speculative "
+                        f"{fast:.0f}/s ({ratios[-1]:.2f}x), same text: {slow == quick}")
+                health = httpx.get(on + "/health").json()["speculation"]
+    return ["bundled", "copy, through the server", "1", str(tokens),
+            f"{statistics.median(r[0] for r in rates):.0f}",
+            f"{statistics.median(r[1] for r in rates):.0f}",
+            f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x", f"{max(ratios):.2f}x",
+            "", f"{health['tokens_per_step']:.2f}", f"{health['acceptance_rate']:.0%}",
+            "yes" if same else "NO"]
 
 
 if __name__ == "__main__":

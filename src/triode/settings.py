@@ -152,10 +152,11 @@ class Settings:
         "ngram", "speculative decoding: `ngram` drafts tokens from each sequence's own prompt "
         "and output (prompt lookup, no draft model) and verifies them in the batch's one "
         "forward pass per step, exactly (greedy output is unchanged, sampling keeps its "
-        "distribution); `off` decodes one token per step. Default ngram: it measured "
-        "1.1-3.4x faster at 1 and 8 streams where text repeats; at 32 streams and on random "
-        "text it mostly declines to draft and measured 0.87-1.15x, the machine's noise "
-        "(docs/benchmarks.md)",
+        "distribution); `off` decodes one token per step. Default ngram: on copy and edit "
+        "tasks it measured a median 1.4-1.7x (bundled model) and 2.4x (76M model) at 1 "
+        "stream and 1.1x at 8; where drafting does not pay, a guard per batch width stops "
+        "it after three losing windows and probes again later; /health and /metrics report "
+        "what it did (docs/benchmarks.md, docs/observability.md)",
         choices=("ngram", "off"))
     log_level: str = flag("info", "logging level",
                           choices=("debug", "info", "warning", "error"))

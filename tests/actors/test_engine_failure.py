@@ -37,12 +37,12 @@ class FlakyEngine(Engine):
             return super().run(exchange, started)
         calls = 0
 
-        def dying(outputs, idle, prompt_cache=None):
+        def dying(outputs, idle, prompt_cache=None, speculation=None):
             nonlocal calls
             calls += 0 if idle else 1
             if calls >= 8:
                 raise RuntimeError("injected engine failure")
-            return exchange(outputs, idle, prompt_cache)
+            return exchange(outputs, idle, prompt_cache, speculation)
 
         return super().run(dying, started)
 

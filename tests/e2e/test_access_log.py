@@ -92,6 +92,8 @@ def test_a_line_shows_what_the_record_was_told():
     told.record_usage(14, 0, 2)
     assert access_line(scope, told, 0.05).endswith(
         " 200 0.050s response=resp_abc123 input_tokens=14 cached_tokens=0 output_tokens=2")
+    told.record_drafts(1)
+    assert access_line(scope, told, 0.05).endswith(" output_tokens=2 accepted_drafts=1")
     socket = AccessRecord(status=101, responses=2, errors=1)
     socket.record_usage(10, 2, 4)
     socket.record_usage(20, 10, 5)
@@ -112,10 +114,13 @@ def test_one_line_per_request_by_default():
         created = client.responses.create(model=MODEL, input="Reply with: lantern")
         line = line_for(srv.log, "POST", "/v1/responses")
         assert line["client"] == "127.0.0.1" and line["status"] == "200"
-        assert fields(line) == {
+        told = fields(line)
+        drafts = told.pop("accepted_drafts")   # speculation is on by default
+        assert told == {
             "response": created.id, "input_tokens": str(created.usage.input_tokens),
             "cached_tokens": str(created.usage.input_tokens_details.cached_tokens),
             "output_tokens": str(created.usage.output_tokens)}
+        assert 0 <= int(drafts) < created.usage.output_tokens
 
         with client.responses.stream(model=MODEL, input="Reply with: harbor") as stream:
             streamed = stream.get_final_response()

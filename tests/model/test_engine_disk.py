@@ -55,7 +55,8 @@ def test_a_pending_load_does_not_hold_up_running_sequences(tmp_path, prompts, mo
     short, long = prompts
     first: list[int] = []
 
-    def once(outputs: list[StepOutput], idle: bool, cache: object) -> list[Insert]:
+    def once(outputs: list[StepOutput], idle: bool, cache: object,
+             speculation: object = None) -> list[Insert]:
         if not first and not outputs:
             first.append(-1)
             return [Insert(7, request(long, 12))]
@@ -82,7 +83,7 @@ def test_a_pending_load_does_not_hold_up_running_sequences(tmp_path, prompts, mo
     state = {"started": False, "inserted": False, "while_loading": 0, "cached": None}
     finished: set[int] = set()
 
-    def exchange(outputs: list[StepOutput], idle: bool, cache: object) -> list[Insert]:
+    def exchange(outputs: list[StepOutput], idle: bool, cache: object, speculation: object = None) -> list[Insert]:
         if not state["started"]:
             state["started"] = True
             return [Insert(1, request(short, 200))]

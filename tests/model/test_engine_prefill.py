@@ -30,7 +30,8 @@ def run(prefill_chunk: int, short: list[int], long: list[int], *, insert_after: 
     finished: set[int] = set()
     state = {"inserted": False, "between": 0, "long_started": False}
 
-    def exchange(outputs: list[StepOutput], idle: bool, cache: object) -> list[Insert]:
+    def exchange(outputs: list[StepOutput], idle: bool, cache: object,
+                 speculation: object = None) -> list[Insert]:
         commands = []
         for out in outputs:
             if out.finish_reason != "stop":
@@ -51,7 +52,7 @@ def run(prefill_chunk: int, short: list[int], long: list[int], *, insert_after: 
 
     started = {"first": True}
 
-    def first_exchange(outputs, idle, cache):
+    def first_exchange(outputs, idle, cache, speculation=None):
         if started["first"]:
             started["first"] = False
             return [Insert(1, GenerationRequest(prompt=short, max_tokens=120, sampling=GREEDY))]

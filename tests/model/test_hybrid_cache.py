@@ -187,7 +187,7 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
     entries: list[int] = []
     state = {"turn": -1, "open": 0}
 
-    def exchange(outputs: list[StepOutput], idle: bool, cache_size) -> list[Insert]:
+    def exchange(outputs: list[StepOutput], idle: bool, cache_size, speculation=None) -> list[Insert]:
         turn = state["turn"]
         for out in outputs:
             uid = out.uid % 100

@@ -82,7 +82,8 @@ def contexts_seen(monkeypatch, prompts: list[list[int]], *, speculative: str = "
     generated: list[list[int]] = [[] for _ in prompts]
     pending = list(enumerate(prompts))
 
-    def exchange(outputs: list[StepOutput], idle: bool, cache: object) -> list[Insert]:
+    def exchange(outputs: list[StepOutput], idle: bool, cache: object,
+                 speculation: object = None) -> list[Insert]:
         for out in outputs:
             if out.finish_reason != "stop":
                 generated[out.uid].append(out.token)

@@ -247,49 +247,103 @@ def test_plan_drafts_only_when_it_pays():
     assert speculative.plan([8] + [0] * 31, [0.75] * 32, knee=1.0) == [0] * 32
 
 
-def test_plan_needs_more_promise_under_a_handicap():
-    """A draft worth a step at the usual advantage is declined when the batch's measured
-    payoff has raised it."""
+def test_plan_needs_more_promise_under_a_higher_advantage():
+    """A draft worth a step at the usual advantage is declined when a speculative step must
+    promise much more than a plain one."""
     offers, acceptance = [4] * 8, [0.6] * 8
     assert any(speculative.plan(offers, acceptance, knee=30.0))
     assert not any(speculative.plan(offers, acceptance, knee=30.0,
                                     advantage=speculative.PLAIN_ADVANTAGE * 4))
 
 
-def test_payoff_raises_the_handicap_while_speculation_loses_and_lowers_it_when_it_wins():
-    payoff = speculative.Payoff()
-    for _ in range(5):
-        payoff.step(False, 32, 32, 0.100)   # plain: 320 tokens/s at width 32
-    # A run of two speculative steps and the plain step after it: 32 + 40 + 32 tokens in
-    # 0.150 + 0.150 + 0.020 s = 325/s, about plain's rate: no handicap.
-    for speculative_step, emitted, seconds in ((True, 32, 0.150), (True, 40, 0.150),
-                                               (False, 32, 0.020)):
-        payoff.step(speculative_step, 32, emitted, seconds)
-    assert payoff.handicap == 1.0
-    # Runs at half of plain's rate: the handicap climbs, bounded.
-    for _ in range(20):
-        payoff.step(True, 32, 40, 0.250)
-        payoff.step(False, 32, 24, 0.070)   # 64 tokens in 0.32 s: 200/s, 0.625x
-    assert payoff.handicap == speculative.MAX_HANDICAP
-    # Runs at twice plain's rate bring it back to 1.
-    for _ in range(20):
-        payoff.step(True, 32, 96, 0.100)
-        payoff.step(False, 32, 32, 0.000)   # 128 tokens in 0.1 s: 4x
-    assert payoff.handicap == 1.0
+PLAIN_STEP = 0.005   # seconds of a plain step of one row in the guard tests
 
 
-def test_payoff_judges_only_what_it_can_compare():
-    payoff = speculative.Payoff()
-    payoff.step(True, 8, 2, 1.0)
-    payoff.step(False, 8, 8, 1.0)   # a losing run, but no plain step at width 8 seen yet
-    assert payoff.handicap == 1.0
-    payoff.step(False, 8, 8, 0.01)
-    payoff.step(True, 8, 8, 1.0)
-    payoff.untimed()                # the batch changed mid-run: not judged
-    payoff.step(False, 8, 8, 0.01)
-    payoff.step(True, 4, 4, 1.0)    # another width: its own plain steps are the reference
-    payoff.step(False, 4, 4, 1.0)
-    assert payoff.handicap == 1.0
+def plain_steps(guard, n: int, rows: int = 1, seconds: float = PLAIN_STEP) -> None:
+    for _ in range(n):
+        guard.step(False, rows, rows, seconds)
+
+
+def window(guard, speedup: float, rows: int = 1, steps: int = speculative.GUARD_WINDOW
+           ) -> None:
+    """One window of runs of two speculative steps (and the plain step after each) whose
+    tokens per second is `speedup` times plain decoding's at `rows` rows."""
+    for _ in range(steps // 2):
+        # 2 speculative steps emitting 3 tokens a row, then the plain step after: 7 tokens a
+        # row in what `speedup` makes of it.
+        seconds = 7 * PLAIN_STEP / speedup
+        guard.step(True, rows, 3 * rows, seconds * 0.45)
+        guard.step(True, rows, 3 * rows, seconds * 0.45)
+        guard.step(False, rows, rows, seconds * 0.10)
+
+
+def test_guard_keeps_drafting_on_while_drafts_are_accepted():
+    guard = speculative.Guard()
+    plain_steps(guard, speculative.GUARD_PLAIN)
+    for _ in range(10):
+        window(guard, 2.5)
+    width = guard.widths[1]
+    assert width.state == "on" and width.windows == 10 and width.losses == 0
+    assert width.ratio == pytest.approx(2.5)
+    assert guard.allows(1)
+
+
+def test_guard_is_not_switched_off_by_noise():
+    """Losing windows that do not hold (a loaded machine's moment) leave drafting on; so
+    does anything short of GUARD_LOSSES losing windows in a row."""
+    guard = speculative.Guard()
+    plain_steps(guard, speculative.GUARD_PLAIN)
+    for _ in range(10):
+        for _ in range(speculative.GUARD_LOSSES - 1):
+            window(guard, 0.5)
+        window(guard, 1.6)
+    assert guard.widths[1].state == "on"
+    # Plain steps slowed by the same noise do not flip it either: the reference is a median.
+    plain_steps(guard, speculative.GUARD_PLAIN // 4, seconds=20 * PLAIN_STEP)
+    window(guard, 1.6)
+    assert guard.widths[1].losses == 0 and guard.allows(1)
+
+
+def test_guard_switches_off_on_sustained_loss_and_probes_again():
+    guard = speculative.Guard()
+    plain_steps(guard, speculative.GUARD_PLAIN, rows=8)
+    for _ in range(speculative.GUARD_LOSSES - 1):
+        window(guard, 0.7, rows=8)
+    assert guard.allows(8)   # one window short: still on
+    window(guard, 0.7, rows=8)
+    assert guard.widths[8].state == "off" and not guard.allows(8)
+    assert guard.allows(1)   # another width is judged on its own steps
+    # Off: a probe after GUARD_PROBE_EVERY plain steps; one that loses keeps it off and
+    # doubles the wait for the next.
+    plain_steps(guard, speculative.GUARD_PROBE_EVERY - 1, rows=8)
+    assert not guard.allows(8)
+    plain_steps(guard, 1, rows=8)
+    assert guard.widths[8].state == "probing" and guard.allows(8)
+    window(guard, 0.7, rows=8)
+    assert guard.widths[8].state == "off"
+    plain_steps(guard, speculative.GUARD_PROBE_EVERY, rows=8)
+    assert not guard.allows(8)
+    plain_steps(guard, speculative.GUARD_PROBE_EVERY, rows=8)
+    assert guard.widths[8].state == "probing"
+    # A probe that pays turns drafting back on.
+    window(guard, 1.3, rows=8)
+    assert guard.widths[8].state == "on" and guard.allows(8)
+
+
+def test_guard_judges_only_what_it_can_compare():
+    guard = speculative.Guard()
+    for _ in range(speculative.GUARD_LOSSES + 1):
+        window(guard, 0.2)   # losing, but no plain steps at this width seen yet
+    assert guard.widths[1].state == "on" and guard.widths[1].windows == 0
+    plain_steps(guard, speculative.GUARD_PLAIN)
+    for _ in range(speculative.GUARD_LOSSES * speculative.GUARD_WINDOW):
+        guard.step(True, 1, 1, 1.0)
+        guard.untimed()   # the batch changed mid-run: not counted
+        guard.step(False, 1, 1, PLAIN_STEP)
+    assert guard.widths[1].windows == 0 and guard.allows(1)
+    for _ in range(speculative.GUARD_LOSSES):
+        window(guard, 0.2, rows=4)   # another width: its own plain steps are the reference
+    assert guard.widths[4].windows == 0 and guard.allows(4)
 
 
 def test_step_cost_fit_finds_the_knee():

@@ -34,7 +34,8 @@ def decode(prompts: list[list[int]], *, window: int, prefill_chunk: int = 0
     finished: set[int] = set()
     state = {"inserted": False}
 
-    def exchange(outputs: list[StepOutput], idle: bool, cache: object) -> list[Insert]:
+    def exchange(outputs: list[StepOutput], idle: bool, cache: object,
+                 speculation: object = None) -> list[Insert]:
         for out in outputs:
             if out.finish_reason != "stop":
                 tokens[out.uid].append(out.token)

@@ -13,6 +13,7 @@ import trio
 from ..model.engine import Command, StepOutput
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest
+from ..model.speculation import SpeculationStatistics
 from .mailbox import ReplyChannel as Reply
 
 
@@ -50,6 +51,7 @@ class Step:
     outputs: list[StepOutput]
     idle: bool
     prompt_cache: CacheFigures | None = None   # the engine's prompt cache; None: off
+    speculation: SpeculationStatistics | None = None   # when they changed; None: unchanged
 
 
 @attrs.frozen
@@ -83,6 +85,7 @@ class ModelStatistics:
     rendering: int        # chat templates being rendered, or waiting for a render thread
     prompt_cache: PromptCacheStatistics
     generation: GenerationStatistics
+    speculation: SpeculationStatistics | None = None   # None: --speculative off
 
 
 @attrs.frozen

@@ -35,6 +35,7 @@ from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import LoadOptions, ModelInfo
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
+from ..model.speculation import SpeculationStatistics
 from ..model.templates import render_fitted
 from .mailbox import answer, ask
 from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
@@ -217,6 +218,11 @@ class ModelActor:
             attention_window=attention_window, prompt_cache_dir=prompt_cache_dir,
             prompt_cache_disk_bytes=prompt_cache_disk_bytes, load_options=load_options)
         self._prompt_cache_max = prompt_cache_bytes
+        self._speculative = speculative
+        # Speculation's figures: the running engine's latest report, and those of engines
+        # that died (an engine counts from its start).
+        self._speculation: SpeculationStatistics | None = None
+        self._speculation_before = SpeculationStatistics()
         self._parallel = parallel
         self._max_queue = max_queue
         self._stream_buffer = stream_buffer
@@ -296,13 +302,15 @@ class ModelActor:
                 trio.from_thread.run_sync(task_status.started, (info, tokenizer))
 
         def exchange(outputs: list[StepOutput], idle: bool,
-                     prompt_cache: CacheFigures | None = None) -> list[Command]:
+                     prompt_cache: CacheFigures | None = None,
+                     speculation: SpeculationStatistics | None = None) -> list[Command]:
             # Never waits for trio while sequences run: the outputs are posted (processed in
             # the trio thread, in order, while MLX computes the next step) and the commands
             # that arrived meanwhile are taken as they are. A command caused by these outputs
             # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
-            if outputs:
-                token.run_sync_soon(self._guarded_step, Step(outputs, idle, prompt_cache))
+            if outputs or speculation is not None:
+                token.run_sync_soon(self._guarded_step,
+                                    Step(outputs, idle, prompt_cache, speculation))
             with handoff:
                 while idle and not self._handed and not self._stopping:
                     handoff.wait()  # nothing to run: park until work (or the end) arrives
@@ -433,6 +441,8 @@ class ModelActor:
         if not self._engine_alive:
             return  # the engine died after posting these; its requests have been ended
         self._steps += bool(msg.outputs)
+        if msg.speculation is not None:
+            self._speculation = msg.speculation
         if msg.prompt_cache is not None:
             self._prompt_cache = msg.prompt_cache
         now = trio.current_time()
@@ -518,6 +528,9 @@ class ModelActor:
         """Ends every held request's output without a finish reason: their responses fail."""
         self._engine_alive = False
         self._engine_error = f"{type(error).__name__}: {error}"
+        if self._speculation is not None:   # the dead engine's figures still count
+            self._speculation_before = self._speculation_before + self._speculation
+            self._speculation = None
         if self._prompt_cache is not None:   # memory died with the engine; the disk stays
             self._prompt_cache = CacheFigures(0, 0, self._prompt_cache.disk)
         for req in [*self._active.values(), *self._waiting]:
@@ -554,4 +567,13 @@ class ModelActor:
                 outcomes=dict(self._outcomes), queue_wait=self._queue_wait.statistics(),
                 time_to_first_token=self._first_token.statistics(),
                 time_per_output_token=self._per_token.statistics(),
-                duration=self._duration.statistics()))
+                duration=self._duration.statistics()),
+            speculation=self._speculation_statistics())
+
+    def _speculation_statistics(self) -> SpeculationStatistics | None:
+        """None with speculation off."""
+        if self._speculative == "off":
+            return None
+        if self._speculation is None:
+            return self._speculation_before
+        return self._speculation_before + self._speculation

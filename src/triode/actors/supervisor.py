@@ -75,6 +75,7 @@ class Supervisor:
         self._task_status: trio.TaskStatus[SupervisorHandle] = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
         self._cached_tokens = 0
+        self.accepted_drafts = 0   # output tokens that were accepted speculative drafts
 
     def _take(self, ready: Prepared) -> None:
         self._ready = ready
@@ -182,6 +183,7 @@ class Supervisor:
                         c = ready.compaction
                         self.builder.compaction(c.item, c.before, c.after)
                 self._output_tokens += 1
+                self.accepted_drafts += out.drafted
                 self._cached_tokens += out.cached_tokens
                 text, stopped = self._stops.feed(out.text)
                 output.feed(text, out.logprobs)
@@ -294,6 +296,11 @@ class SupervisorHandle:
     @property
     def background(self) -> bool:
         return self._sup.background
+
+    @property
+    def accepted_drafts(self) -> int:
+        """Its output tokens that were accepted speculative drafts, so far."""
+        return self._sup.accepted_drafts
 
     @property
     def snapshot(self) -> ResponseObject:

@@ -70,6 +70,7 @@ class AccessRecord:
     usage: Usage | None = None
     responses: int = 0            # a stream's terminal events (a WebSocket's line shows them)
     errors: int = 0               # a stream's error events (a WebSocket's line shows them)
+    accepted_drafts: int | None = None   # a generated response's accepted draft tokens
     disconnected: bool = False
     tenant: Tenant | None = None  # whose key authenticated it (the app's auth tells it)
 
@@ -82,6 +83,11 @@ class AccessRecord:
         responses add up."""
         usage = Usage(input_tokens, cached_tokens, output_tokens)
         self.usage = usage if self.usage is None else self.usage + usage
+
+    def record_drafts(self, accepted: int) -> None:
+        """Output tokens of the response this request generated that speculative decoding
+        drafted and the model accepted."""
+        self.accepted_drafts = accepted
 
     def record_object(self, obj: ResponseObject | CompactedHistory | Mapping[str, Any]
                       ) -> None:
@@ -261,7 +267,8 @@ class AccessLog:
 
 def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
     """`client METHOD path status duration [websocket responses=N errors=N] [response=id]
-    [input_tokens=N cached_tokens=N output_tokens=N]` (a WebSocket's tokens: the sum over
+    [input_tokens=N cached_tokens=N output_tokens=N] [accepted_drafts=N]` (a WebSocket's
+    tokens: the sum over
     its responses); the path as it came, still percent-encoded, so a line never holds a
     control character."""
     client = scope.get("client")
@@ -282,4 +289,6 @@ def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
         parts += [f"input_tokens={record.usage.input_tokens}",
                   f"cached_tokens={record.usage.cached_tokens}",
                   f"output_tokens={record.usage.output_tokens}"]
+    if record.accepted_drafts is not None:
+        parts.append(f"accepted_drafts={record.accepted_drafts}")
     return " ".join(parts)

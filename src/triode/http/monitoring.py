@@ -24,6 +24,7 @@ from ..actors.budget import BudgetStatistics
 from ..actors.messages import HistogramStatistics, ModelStatistics
 from ..actors.registry import RegistryStatistics
 from ..errors import StoreUnavailable
+from ..model.speculation import SpeculationStatistics
 from ..system import Handles
 from .access import AccessLog
 from .body import json_response
@@ -60,6 +61,27 @@ class Generation(TypedDict):
     rendering: int
 
 
+class GuardHealth(TypedDict):
+    width: int                # batch width (rows)
+    state: str                # on, off, probing
+    windows: int              # windows judged
+    losses: int               # losing windows in a row
+    ratio: float | None       # the last window's rate against plain decoding's
+
+
+class SpeculationHealth(TypedDict):
+    """Speculative decoding's figures (docs/observability.md)."""
+
+    steps: int                # decode steps
+    speculative_steps: int    # ... that verified drafts
+    drafted_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float    # accepted / drafted
+    tokens_per_step: float    # tokens a sequence got per decode step (1 without drafts)
+    compactions: int
+    guard: list[GuardHealth]  # the payoff guard, per batch width seen
+
+
 class ResponsesHealth(TypedDict):
     live: int
     started: int
@@ -83,6 +105,7 @@ class Health(TypedDict):
     queue: Queue
     generation: Generation
     prompt_cache: dict[str, int]                 # PromptCacheStatistics' fields
+    speculation: SpeculationHealth | None        # None: --speculative off
     responses: ResponsesHealth
     tasks: int
     stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
@@ -120,6 +143,7 @@ async def health() -> Response:
                        "admitted": model.requests_admitted,
                        "rejected": model.requests_rejected, "rendering": model.rendering},
         "prompt_cache": attrs.asdict(model.prompt_cache),
+        "speculation": speculation_health(model.speculation),
         "responses": {"live": registry.live, "started": registry.started,
                       "background_jobs": registry.background_jobs,
                       "background_max_jobs": registry.background_max_jobs},
@@ -127,6 +151,19 @@ async def health() -> Response:
         "stores": stores,
     }
     return json_response(body, 200 if ready else 503)
+
+
+def speculation_health(st: SpeculationStatistics | None) -> SpeculationHealth | None:
+    if st is None:
+        return None
+    return {"steps": st.plain_steps + st.speculative_steps,
+            "speculative_steps": st.speculative_steps, "drafted_tokens": st.drafted,
+            "accepted_tokens": st.accepted, "acceptance_rate": round(st.acceptance_rate, 4),
+            "tokens_per_step": round(st.tokens_per_step, 4), "compactions": st.compactions,
+            "guard": [{"width": g.width, "state": g.state, "windows": g.windows,
+                       "losses": g.losses,
+                       "ratio": None if g.ratio is None else round(g.ratio, 4)}
+                      for g in st.guard]}
 
 
 async def reachable_store_statistics(h: Handles) -> dict[str, BudgetStatistics | None]:
@@ -275,7 +312,37 @@ def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
     ]
     if info.blas_threads is not None:
         families.append(gauge("triode_blas_threads", "MKL's thread cap", info.blas_threads))
+    if model.speculation is not None:
+        families += speculation_metrics(model.speculation)
     return families
+
+
+def speculation_metrics(st: SpeculationStatistics) -> list[Metric]:
+    guard = GaugeMetricFamily("triode_speculative_guard_state",
+                              "the payoff guard per batch width: 1 for its state",
+                              labels=["width", "state"])
+    ratio = GaugeMetricFamily("triode_speculative_guard_ratio",
+                              "the guard's last window: speculative tokens per second "
+                              "against plain decoding's", labels=["width"])
+    for g in st.guard:
+        guard.add_metric([str(g.width), g.state], 1)
+        if g.ratio is not None:
+            ratio.add_metric([str(g.width)], g.ratio)
+    return [
+        labelled(CounterMetricFamily("triode_decode_steps_total", "decode steps by kind",
+                                     labels=["kind"]),
+                 ((["plain"], st.plain_steps), (["speculative"], st.speculative_steps))),
+        counter("triode_speculative_drafted_tokens_total", "draft tokens verified",
+                st.drafted),
+        counter("triode_speculative_accepted_tokens_total", "draft tokens accepted",
+                st.accepted),
+        gauge("triode_speculative_acceptance_ratio", "accepted / drafted tokens",
+              st.acceptance_rate),
+        gauge("triode_speculative_tokens_per_step",
+              "tokens a sequence got per decode step (1 without drafts)", st.tokens_per_step),
+        counter("triode_speculative_compactions_total",
+                "gathers that removed the KV cache's holes", st.compactions),
+        guard, ratio]
 
 
 def registry_metrics(registry: RegistryStatistics) -> list[Metric]:

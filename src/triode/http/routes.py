@@ -9,6 +9,7 @@ import trio
 from quart import (Blueprint, Response, current_app, has_request_context, make_response,
                    request, websocket)
 
+from ..actors.supervisor import SupervisorHandle
 from ..service.jobs import LiveResponse
 from ..errors import InvalidRequest, NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
@@ -150,6 +151,7 @@ async def answer_for(started: Started) -> Response:
         obj = await started.handle.wait()
     finally:
         await handles().turns.abandon(started.handle)
+    access_record(request.scope).record_drafts(started.handle.accepted_drafts)
     return json_response(told(obj))
 
 
@@ -304,6 +306,8 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
                 if event_type(batch[-1]).endswith(".delta"):
                     with trio.move_on_after(STREAM_COALESCE_SECS):
                         await handle.wait()  # the end is written at once
+            if cancel_on_disconnect and isinstance(handle, SupervisorHandle):
+                record.record_drafts(handle.accepted_drafts)   # the stream that made it
         finally:
             if cancel_on_disconnect:
                 await turns.abandon(handle)

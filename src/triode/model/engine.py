@@ -25,6 +25,7 @@ from .disk_cache import LOAD_POLL_SECONDS, DiskTier
 from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_snapshots,
                            snapshot_point, turn_close)
 from .request import GenerationRequest, Sampling
+from .speculation import SpeculationStatistics
 from .window import window_caches
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,18 @@ class StepOutput:
     logprobs: dict[str, Any] | None = None  # OpenAI's logprob entry for this token, when asked for
     cached_tokens: int = 0      # on a sequence's first output: prompt tokens the prompt cache
                                 # supplied (their prefill was skipped)
+    drafted: bool = False       # an accepted draft token of speculative decoding
 
 
-# (this step's outputs, idle, the prompt cache's figures or None) -> commands
-Exchange = Callable[[list[StepOutput], bool, "CacheFigures | None"], Sequence[Command]]
+# How often (in steps) the engine reports speculation's figures while sequences run; it
+# always does on a step where a sequence finished, and on an idle exchange.
+SPECULATION_REPORT_STEPS = 16
+
+
+# (this step's outputs, idle, the prompt cache's figures or None, speculation's figures
+# or None: unchanged or off) -> commands
+Exchange = Callable[[list[StepOutput], bool, "CacheFigures | None",
+                     "SpeculationStatistics | None"], Sequence[Command]]
 
 
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
@@ -180,6 +189,32 @@ def logprob_entry(tokenizer: Any, token: int, logprobs: Any, top: int) -> dict[s
     return entry
 
 
+class _SpeculationReport:
+    """When the engine reports its decode batch's speculation figures: every
+    SPECULATION_REPORT_STEPS steps, on a step where a sequence finished and when it goes
+    idle, if they changed (never with speculation off)."""
+
+    def __init__(self, generator: Any, on: bool):
+        self._generator = generator
+        self._on = on
+        self._steps = 0
+        self._last: SpeculationStatistics | None = None
+
+    def due(self, outputs: list[StepOutput], idle: bool) -> SpeculationStatistics | None:
+        if not self._on:
+            return None
+        self._steps += 1
+        if not (idle or self._steps >= SPECULATION_REPORT_STEPS
+                or any(o.finish_reason is not None for o in outputs)):
+            return None
+        self._steps = 0
+        stats: SpeculationStatistics = self._generator._generation_batch.statistics()
+        if stats == self._last:
+            return None
+        self._last = stats
+        return stats
+
+
 @attrs.define
 class _Sequence:
     """The engine's record of one running sequence."""
@@ -280,9 +315,11 @@ class Engine:
             return CacheFigures(len(cache), cache.nbytes,
                                 disk.figures() if disk is not None else None)
 
+        report = _SpeculationReport(generator, self.speculative == "ngram")
         try:
             while True:
-                commands = exchange(outputs, not running and not loading, figures())
+                idle = not running and not loading
+                commands = exchange(outputs, idle, figures(), report.due(outputs, idle))
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
@@ -351,7 +388,8 @@ class Engine:
                         if cache is not None and r.prompt_cache is not None:
                             cache.keep(r.all_tokens, r.prompt_cache, seq.cache_namespace)
                     outputs.append(StepOutput(seq.uid, r.token, seq.detokenizer.last_segment,
-                                              r.finish_reason, error, entry, seq.cached_tokens))
+                                              r.finish_reason, error, entry, seq.cached_tokens,
+                                              getattr(r, "drafted", False)))
                     seq.cached_tokens = 0   # reported on the first output only
         finally:
             generator.close()

@@ -42,12 +42,17 @@ processors (grammars, repetition penalties) never draft.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import statistics
 import weakref
+from collections import deque
 from typing import Any, Callable, Sequence, cast
 
 import attrs
 import mlx.core as mx
+
+from .speculation import GuardStatistics, SpeculationStatistics
 
 # mlx-lm's classes, untyped: subclassed and called as Any.
 _generate = importlib.import_module("mlx_lm.generate")
@@ -77,10 +82,12 @@ COST_MIN_WEIGHT = 16.0    # observations (decayed) before the fit replaces the c
 COST_FIT_DOWN = 4.0       # ... within these factors below and above the calibrated knee
 COST_FIT_UP = 1.5         # (noisy timings that overstate the knee make speculation slower)
 MAX_KNEE = 1024.0
-PAYOFF_RATE = 0.5         # how far one measured speculative step moves the batch's handicap
-                          # (in log space, toward 1 / the step's realized speed-up)
-MAX_HANDICAP = 8.0        # at most: a speculative step must then promise 8x PLAIN_ADVANTAGE
-PLAIN_MEMORY = 0.8        # decay of the plain steps' average time, per batch width
+GUARD_WINDOW = 16         # speculative steps (in whole runs) a guard's verdict is judged on
+GUARD_PLAIN = 32          # plain steps of the same width whose median time is the reference
+GUARD_LOSS = 0.9          # a window below this share of plain decoding's rate is a loss
+GUARD_LOSSES = 3          # losing windows in a row before drafting stops at that width
+GUARD_PROBE_EVERY = 256   # plain steps (of that width) while off before a probe window
+GUARD_PROBE_MAX = 4096    # ... doubling while probes lose
 COMPACT_SHARE = 0.25      # holes, as a share of the cache's positions, that trigger compaction
 COMPACT_MIN = 32          # ... once there are at least this many
 
@@ -232,52 +239,109 @@ class StepCost:
         return min(max(knee, self.prior / COST_FIT_DOWN), self.prior * COST_FIT_UP)
 
 
-class Payoff:
-    """Whether speculation has paid in this batch, measured: the tokens per second of each
-    run of speculative steps against the plain steps' at the same batch width. `handicap`
-    multiplies what a speculative step must promise (`plan`'s advantage): a run that came out
-    slower than plain decoding raises it (toward 1 / its speed-up, PAYOFF_RATE of the way in
-    log space, at most MAX_HANDICAP), one that came out faster lowers it (never below 1). So
-    where the cost model or the acceptance estimates are wrong for this batch (a wide batch
-    whose steps cost more than the fit says, rows whose loops just broke), the batch stops
-    drafting after a few losing steps; exploration's one-token drafts keep measuring it.
+@attrs.define
+class WidthGuard:
+    """The guard's record of one batch width (a number of rows)."""
 
-    A run is timed together with the plain step after it: mlx-lm's plain steps are pipelined
-    (each starts the next forward pass before it waits for the current one), so the first
-    speculative step also waits out the pass the plain step before it started, and the first
-    plain step after the run returns at once. Taken together they cost what they cost."""
+    on: bool = True
+    plain: deque[float] = attrs.Factory(lambda: deque(maxlen=GUARD_PLAIN))   # step seconds
+    tokens: int = 0         # the open window: tokens emitted by its runs,
+    seconds: float = 0.0    # their time,
+    steps: int = 0          # and their speculative steps
+    losses: int = 0         # consecutive losing windows
+    windows: int = 0        # windows judged
+    ratio: float | None = None   # the last window's rate against plain decoding's
+    probe_in: int = GUARD_PROBE_EVERY   # plain steps while off before the next probe
+    probe_every: int = GUARD_PROBE_EVERY
+    probing: bool = False
+
+    @property
+    def state(self) -> str:
+        return "probing" if self.probing else "on" if self.on else "off"
+
+
+class Guard:
+    """Whether speculation pays at each batch width, measured, and judged on windows.
+
+    A run of speculative steps is timed together with the plain step after it (mlx-lm's
+    plain steps are pipelined: each starts the next forward pass before it waits for the
+    current one, so the first speculative step also waits out the pass the plain step
+    before it started, and the first plain step after the run returns at once; taken
+    together they cost what they cost). Runs add up into a window of at least
+    GUARD_WINDOW speculative steps, whose tokens per second is compared with the median of
+    the last GUARD_PLAIN plain steps of the same width (rows; a batch that changed between
+    two steps is not timed). A window below GUARD_LOSS of plain's rate is a loss, one at or
+    above it resets the count; drafting stops at that width only after GUARD_LOSSES losing
+    windows in a row. So a stream whose drafts are accepted keeps drafting, a noisy step or
+    two cannot switch it off, and a batch where speculation loses stops after a few dozen
+    steps. While off, a probe window every GUARD_PROBE_EVERY plain steps of that width
+    (doubling while probes lose, up to GUARD_PROBE_MAX) measures again; a probe that does
+    not lose turns drafting back on."""
 
     def __init__(self) -> None:
-        self.handicap = 1.0
-        self._plain: dict[int, float] = {}   # batch width → average seconds of a plain step
-        self._run: tuple[int, float] | None = None   # a run's tokens emitted, seconds so far
+        self.widths: dict[int, WidthGuard] = {}
+        self._run: tuple[int, float, int] | None = None   # tokens, seconds, steps so far
+
+    def width(self, rows: int) -> WidthGuard:
+        guard = self.widths.get(rows)
+        if guard is None:
+            guard = self.widths[rows] = WidthGuard()
+        return guard
+
+    def allows(self, rows: int) -> bool:
+        """Whether a batch of `rows` rows may draft now."""
+        guard = self.widths.get(rows)
+        return guard is None or guard.on or guard.probing
 
     def step(self, speculative: bool, rows: int, emitted: int, seconds: float) -> None:
         """One timed step of a batch of `rows` rows that emitted `emitted` tokens. Consecutive
         steps have the same rows: a step after the batch changed is `untimed`."""
         if speculative:
-            before, spent = self._run or (0, 0.0)
-            self._run = (before + emitted, spent + seconds)
-        elif self._run is not None:
-            before, spent = self._run
+            tokens, spent, steps = self._run or (0, 0.0, 0)
+            self._run = (tokens + emitted, spent + seconds, steps + 1)
+            return
+        guard = self.width(rows)
+        if self._run is not None:
+            tokens, spent, steps = self._run
             self._run = None
-            self._judge(rows, before + emitted, spent + seconds)
-        else:
-            old = self._plain.get(rows)
-            self._plain[rows] = seconds if old is None else (
-                PLAIN_MEMORY * old + (1 - PLAIN_MEMORY) * seconds)
+            guard.tokens += tokens + emitted
+            guard.seconds += spent + seconds
+            guard.steps += steps
+            if guard.steps >= GUARD_WINDOW:
+                self._judge(rows, guard)
+            return
+        guard.plain.append(seconds)
+        if not guard.on and not guard.probing:
+            guard.probe_in -= 1
+            if guard.probe_in <= 0:
+                guard.probing = True
 
     def untimed(self) -> None:
         """A step that could not be timed (the batch changed, or prefill ran): a run in
-        progress is not judged."""
+        progress is not counted."""
         self._run = None
 
-    def _judge(self, rows: int, emitted: int, seconds: float) -> None:
-        plain = self._plain.get(rows)
-        if plain is None or seconds <= 0:
+    def _judge(self, rows: int, guard: WidthGuard) -> None:
+        tokens, seconds = guard.tokens, guard.seconds
+        guard.tokens, guard.seconds, guard.steps = 0, 0.0, 0
+        if len(guard.plain) < GUARD_PLAIN // 2 or seconds <= 0:
             return   # nothing to compare with yet
-        speedup = (emitted / seconds) / (rows / plain)
-        self.handicap = min(MAX_HANDICAP, max(1.0, self.handicap * speedup ** -PAYOFF_RATE))
+        plain = statistics.median(guard.plain)
+        guard.ratio = (tokens / seconds) / (rows / plain) if plain > 0 else None
+        guard.windows += 1
+        lost = guard.ratio is not None and guard.ratio < GUARD_LOSS
+        if guard.probing:
+            guard.probing = False
+            if lost:
+                guard.probe_every = min(GUARD_PROBE_MAX, 2 * guard.probe_every)
+                guard.probe_in = guard.probe_every
+            else:
+                guard.on, guard.losses, guard.probe_every = True, 0, GUARD_PROBE_EVERY
+            return
+        guard.losses = guard.losses + 1 if lost else 0
+        if guard.losses >= GUARD_LOSSES:
+            guard.on, guard.losses = False, 0
+            guard.probe_in = guard.probe_every
 
 
 def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
@@ -356,12 +420,6 @@ class HoleyKVCache(BatchKVCache):  # type: ignore[misc]   # mlx-lm is untyped
         self.kept = mx.concatenate([before, block], axis=1)
         self.offset = self.offset - (width - kept)
 
-    def holes(self) -> int:
-        """Positions beyond the longest row's start that hold nothing (over all rows)."""
-        if self.kept is None:
-            return 0
-        return cast(int, (~self._kept_until(self._idx)).sum().item())
-
     def compact(self) -> None:
         """Moves every row's kept positions together, right-aligned: one gather."""
         if self.kept is None or self.keys is None:
@@ -417,10 +475,18 @@ class HoleyKVCache(BatchKVCache):  # type: ignore[misc]   # mlx-lm is untyped
         self.kept = mx.concatenate(blocks, axis=0)
 
 
+@dataclasses.dataclass
+class DraftResponse(GenerationBatch.Response):  # type: ignore[misc]   # mlx-lm is untyped
+    """mlx-lm's per-token response, and whether the token was an accepted draft token."""
+
+    drafted: bool = False
+
+
 class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is untyped
     """mlx-lm's decode batch with prompt-lookup drafts verified in one pass per step."""
 
     cost = StepCost(32.0)   # set by `install`
+    Response = DraftResponse
     prefill_counters: Any = None   # the generator's: prefill between two steps spoils a timing
     _next_tokens: Any   # GenerationBatch's own, set in its methods
     _next_logprobs: list[Any]
@@ -431,17 +497,33 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         # The last step's start, tokens fed, uids, prefilled tokens then, tokens emitted and
         # whether it was speculative.
         self._timing: tuple[float, int, list[int], int, int, bool] | None = None
-        self.payoff = Payoff()
+        self.guard = Guard()
+        self._holes: list[int] = []   # per row: positions of its cache it did not keep
         self._plain_run = 0   # plain steps since the last speculative one
         self._skip = 0        # plain steps left before drafts are looked for again
         self._next_skip = 1
-        # Steps by kind, draft tokens verified and accepted (for benchmarks and tests).
-        self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted"),
-                                    0)
+        # Steps by kind, draft tokens verified and accepted, tokens emitted (`statistics`).
+        self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted",
+                                     "sequence_steps", "tokens", "speculative_tokens"), 0)
         super().__init__(*args, **kwargs)
+
+    def extend(self, batch: Any) -> None:
+        super().extend(batch)
+        self._holes += [0] * (len(self.uids) - len(self._holes))
+
+    def statistics(self) -> SpeculationStatistics:
+        c = self.counts
+        return SpeculationStatistics(
+            plain_steps=c["plain"], speculative_steps=c["speculative"],
+            sequence_steps=c["sequence_steps"], tokens=c["tokens"],
+            speculative_tokens=c["speculative_tokens"], drafted=c["drafted"],
+            accepted=c["accepted"], compactions=c["compact"],
+            guard=tuple(GuardStatistics(width, g.state, g.windows, g.losses, g.ratio)
+                        for width, g in sorted(self.guard.widths.items())))
 
     def filter(self, keep: list[int]) -> None:
         super().filter(keep)
+        self._holes = [self._holes[i] for i in keep]
         alive = set(self.uids)
         for uid in [u for u in self._rows if u not in alive]:
             del self._rows[uid]
@@ -455,6 +537,8 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             return self._plain_next()
         if not self._speculates():
             return self._plain_next()   # rotating or quantized caches: never
+        if not self.guard.allows(len(self.uids)):
+            return self._plain_next()   # drafting does not pay at this width, measured
         rows = self._rows_in_order()
         if not self._may_draft(rows):
             self._skip, self._next_skip = self._next_skip, min(MAX_SKIP, 2 * self._next_skip)
@@ -462,10 +546,19 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         return self._speculative_next(rows)
 
     def _plain_next(self) -> list[Any]:
-        self.counts["plain"] += 1
+        rows = len(self.uids)
+        self._count(False, rows, rows)
         self._plain_run += 1
-        self._fed(len(self.uids), len(self.uids), False)
+        self._fed(rows, rows, False)
         return list(super().next())
+
+    def _count(self, speculative: bool, rows: int, emitted: int) -> None:
+        c = self.counts
+        c["speculative" if speculative else "plain"] += 1
+        c["sequence_steps"] += rows
+        c["tokens"] += emitted
+        if speculative:
+            c["speculative_tokens"] += emitted
 
     def _time_step(self) -> None:
         """Gives the previous step's time to the cost fit, unless the batch changed or
@@ -478,9 +571,9 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             start, fed, uids, before, emitted, speculative = self._timing
             if fed and uids == self.uids and prefilled == before:
                 self.cost.observe(fed, now - start)
-                self.payoff.step(speculative, len(uids), emitted, now - start)
+                self.guard.step(speculative, len(uids), emitted, now - start)
             else:
-                self.payoff.untimed()
+                self.guard.untimed()
         self._timing = (now, 0, list(self.uids), prefilled, 0, False)
 
     def _fed(self, tokens: int, emitted: int, speculative: bool) -> None:
@@ -522,11 +615,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         offers = [max(0, len(row.index.propose(self._budget(i, row) + 1)) - 1)
                   if self._drafting(i, row) else 0 for i, row in enumerate(rows)]
         return any(offers) and (self._exploring() or any(
-            plan(offers, [r.acceptance for r in rows], self.cost.knee, self._advantage)))
-
-    @property
-    def _advantage(self) -> float:
-        return PLAIN_ADVANTAGE * self.payoff.handicap
+            plan(offers, [r.acceptance for r in rows], self.cost.knee, PLAIN_ADVANTAGE)))
 
     def _exploring(self) -> bool:
         return self._plain_run >= EXPLORE_EVERY
@@ -541,7 +630,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             offered.append(row.index.propose(self._budget(i, row))
                            if self._drafting(i, row) else [])
         lengths = plan([len(o) for o in offered], [r.acceptance for r in rows], self.cost.knee,
-                       self._advantage)
+                       PLAIN_ADVANTAGE)
         if not any(lengths) and self._exploring():
             lengths = [min(len(o), 1) for o in offered]
         if not any(lengths):
@@ -551,7 +640,6 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
     def _verify(self, rows: list[_Row], xs: list[int], drafts: list[list[int]]) -> list[Any]:
         """One forward pass over every row's unfed token x and draft; emits x and the
         accepted draft tokens, samples the next x."""
-        self.counts["speculative"] += 1
         self._plain_run = 0
         self._next_skip = 1
         caches = [HoleyKVCache.adopt(c) for c in self.prompt_cache]
@@ -574,11 +662,14 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
             if d:
                 row.adapt(len(d), n)
                 self.counts["drafted"] += len(d)
-                self.counts["accepted"] += n
-        self._fed(width * len(drafts), sum(1 + n for n in accepted), True)
-        kept = mx.array([1 + n for n in accepted])
-        for c in caches:
-            c.keep(width, kept)
+        # Every layer's cache has the same rows and positions: one mask of kept positions
+        # (and one offset) serves them all, and the holes are counted here, on the host,
+        # so deciding on compaction never waits for MLX.
+        first = caches[0]
+        first.keep(width, mx.array([1 + n for n in accepted]))
+        for c in caches[1:]:
+            c.kept, c.offset = first.kept, first.offset
+        self._holes = [h + width - 1 - n for h, n in zip(self._holes, accepted)]
 
         responses: list[Any] = []
         keep: list[int] = []
@@ -597,12 +688,16 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                     cache = self._extract(i, len(emit) - j - 1)
                     all_tokens = self.tokens[i] + emit[:j + 1]
                 responses.append(self.Response(self.uids[i], token, lp, finish, cache,
-                                               all_tokens))
+                                               all_tokens, drafted=j > 0))
                 if finish is not None:
                     break
             if finish is None:
                 keep.append(i)
                 self.tokens[i].extend(emit)
+        # Counted as emitted: a row that finished inside its accepted run emits less of it.
+        self.counts["accepted"] += sum(r.drafted for r in responses)
+        self._count(True, len(drafts), len(responses))
+        self._fed(width * len(drafts), len(responses), True)
         self._next_tokens = mx.array([s[n] for s, n in zip(sampled, accepted)])
         self._next_logprobs = [a[n] for a, n in zip(at, accepted)]
         self._current_tokens = None
@@ -615,11 +710,12 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         caches = self.prompt_cache
         if not caches or type(caches[0]) is not HoleyKVCache or caches[0].kept is None:
             return
-        holes = caches[0].holes()
+        holes = sum(self._holes)
         if holes >= max(COMPACT_MIN, COMPACT_SHARE * caches[0]._idx * len(self.uids)):
             self.counts["compact"] += 1
             for c in caches:
                 c.compact()
+            self._holes = [0] * len(self.uids)
 
     def _processed(self, i: int, logits: Any, x: int) -> Any:
         """Row i's logits after its processors (which never draft: one position)."""
