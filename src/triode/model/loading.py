@@ -36,6 +36,7 @@ class ModelInfo:
     think: tuple[str, str] = THINK     # they: mlx-lm's think_start / think_end
     template_roles: TemplateRoles = TemplateRoles()   # the roles its chat template refuses
     blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
+    vision: bool = False               # takes images (a vision-language model, mlx-vlm)
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from . import compactor
 from .compactor import Transcript
 from .jobs import Jobs
 from .keeping import LocalResponses
+from .media import Media, MediaLimits
 
 
 class TurnInput(Protocol):
@@ -66,8 +67,10 @@ class TurnInput(Protocol):
 class Preparer:
     def __init__(self, *, model: ModelHandle, responses: ResponseStoreHandle,
                  conversations: ConversationStoreHandle, echo: ReasoningEchoHandle,
-                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore"):
-        """`jobs`: where a response that has not finished yet is found."""
+                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore",
+                 media: MediaLimits = MediaLimits()):
+        """`jobs`: where a response that has not finished yet is found. `media`: the limits
+        on a request's images and files (and the hosts they may be fetched from)."""
         self._model = model
         self._responses = responses
         self._conversations = conversations
@@ -75,6 +78,7 @@ class Preparer:
         self._jobs = jobs
         self._model_names = model_names
         self._hosted_tools = hosted_tools
+        self._media = Media(media, vision=model.info.vision)
 
     def check_model(self, name: str) -> None:
         translate.check_model(name, self._model_names)
@@ -238,6 +242,7 @@ class Preparer:
         400 naming it."""
         if isinstance(given, str):
             return [canonical(Message(role="user", content=given), "input[0]")]
+        given = await self._media.resolve(given)
         known = {item.id: item for item in past}
         items: list[Item] = []
         for i, item in enumerate(given):

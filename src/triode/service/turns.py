@@ -35,6 +35,7 @@ from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .jobs import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
+from .media import MediaLimits
 from .prepare import Preparer
 from .prompts import PromptTemplates
 
@@ -58,10 +59,12 @@ class Turns:
                  responses: ResponseStoreHandle, conversations: ConversationStoreHandle,
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
                  hosted_tools: str = "ignore", background_off: str | None = None,
-                 board: JobBoardHandle | None = None, prompts_dir: Path | None = None):
+                 board: JobBoardHandle | None = None, prompts_dir: Path | None = None,
+                 media: MediaLimits = MediaLimits()):
         """`background_off`: why background mode is off (one of its budgets is 0), if so.
         `board`: the job board of a shared store (background jobs across processes).
-        `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any."""
+        `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any. `media`: the
+        limits on images and files (`--media-*`)."""
         self._model = model
         self._prompts = PromptTemplates(prompts_dir)
         self._registry = registry
@@ -72,7 +75,8 @@ class Turns:
                                       echo=echo)
         self._preparer = Preparer(model=model, responses=responses,
                                   conversations=conversations, echo=echo, jobs=self._jobs,
-                                  model_names=model_names, hosted_tools=hosted_tools)
+                                  model_names=model_names, hosted_tools=hosted_tools,
+                                  media=media)
 
     async def create(self, req: CreateResponse, local: LocalResponses | None = None
                      ) -> Started:
