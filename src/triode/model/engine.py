@@ -24,6 +24,7 @@ from .pacing import PrefillPacer
 from .prompt_cache import (PROMPT_CACHE_KEY, PromptCache, needs_snapshots, snapshot_point,
                            turn_close)
 from .request import GenerationRequest, Sampling
+from .vision import Vision, load_vision, vision_config
 from .window import window_caches
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,12 @@ class Engine:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
-        model, tokenizer = load(self.model_name, self.load_options)
+        model, tokenizer, vision = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
-                                     self.load_options), blas_threads=threads)
+                                     self.load_options), blas_threads=threads,
+                            vision=vision is not None)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
         if self.kv_bits:
             from .kvquant import quantized_cache
@@ -257,7 +259,8 @@ class Engine:
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
-                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache, close)
+                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache, close,
+                                           vision)
                         running[seq.uid] = by_generator[seq.generator_uid] = seq
                         prefilling.add(seq.uid)
                     elif cmd.uid in running:
@@ -299,6 +302,14 @@ class Engine:
         finally:
             generator.close()
 
+    def _load(self) -> tuple[Any, Any, Vision | None]:
+        """The model and tokenizer; a vision model's language model (as mlx-lm's class)
+        with its vision half (model/vision.py)."""
+        if vision_config(self.model_name) is not None:
+            return load_vision(self.model_name)
+        model, tokenizer = load(self.model_name, self.load_options)
+        return model, tokenizer, None
+
     @staticmethod
     def _snapshot(generator: Any, cache: PromptCache, progress: list[Any],
                   by_generator: dict[int, _Sequence]) -> None:
@@ -316,7 +327,8 @@ class Engine:
     @staticmethod
     def _insert(generator: Any, cache: PromptCache | None, tokenizer: Any,
                 cmd: Insert, new_cache: Callable[[], Any],
-                close: tuple[int, ...] | None = None) -> _Sequence:
+                close: tuple[int, ...] | None = None,
+                vision: Vision | None = None) -> _Sequence:
         """Adds one sequence to the batch, starting from the longest cached prefix; with
         `close` (an untrimmable cache's turn-closing tokens) its prefill stops once at the
         snapshot point to keep the cache there."""
@@ -326,6 +338,8 @@ class Engine:
         if chain:
             extra["logits_processors"] = [chain]
         prompt = list(request.prompt)
+        if request.images and vision is not None:   # image tokens → their rows' ids
+            prompt = vision.place(prompt, request.images)
         namespace = request.cache_key or PROMPT_CACHE_KEY
         kv, rest = cache.fetch(prompt, namespace) if cache is not None else (None, prompt)
         reused = len(prompt) - len(rest)

@@ -15,6 +15,7 @@ from .parsers import canonical_format, detect_format, format_names
 from .parsers.reasoning import THINK
 from .request import Sampling
 from .templates import TemplateRoles, probe_roles
+from .vision import check_vision, vision_config
 
 # The small model that ships inside the package (weights, tokenizer, template, model card).
 BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
@@ -144,6 +145,9 @@ def check_model(model: str) -> None:
                             "directory)")
     if not exists and not _repo_id(model):
         raise SettingsError(f"--model: {model}: no such directory")
+    config = vision_config(model)
+    if config is not None:
+        check_vision(config, model)
 
 
 def _repo_id(model: str) -> bool:
