@@ -235,3 +235,144 @@ def test_the_models_list_says_which_inputs_the_model_takes(media_server):
     """/v1/models: the bundled model takes text and files (as text), no images."""
     [model] = media_server.http.get("/v1/models").json()["data"]
     assert model["input_modalities"] == ["text", "file"]
+
+
+# ---- a vision model (tests/fixtures/vlm.py: LLaVA-1.5's architecture, random weights) --------
+
+PIXELS = 64 * 64
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    from ..fixtures import vlm as fixture
+
+    directory = fixture.build(tmp_path_factory.mktemp("llava"))
+    with run_server("--model", str(directory), "--model-alias", "llava", "--media-fetch",
+                    "127.0.0.1", "--media-max-pixels", str(PIXELS)) as s:
+        yield s
+
+
+def look(server, *parts: dict, text: str = "What is in the image?", **extra) -> httpx.Response:
+    return server.http.post("/v1/responses", json={
+        "model": "llava", "max_output_tokens": 4, "temperature": 0,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": text},
+                                               *parts]}], **extra})
+
+
+def png(seed: int = 0, width: int = 40, height: int = 30) -> dict:
+    return {"type": "input_image",
+            "image_url": data_url(image_bytes(width, height, seed=seed), "image/png")}
+
+
+def test_an_image_request_counts_the_image_and_the_next_turn_reuses_it(vlm):
+    """An image answers 200; input_tokens counts its 16 image tokens (as the counting
+    endpoint does); the chain's next turn is served from the prompt cache past the image."""
+    from ..fixtures.vlm import IMAGE_TOKENS
+
+    text_only = look(vlm)
+    assert text_only.status_code == 200, text_only.text
+    first = look(vlm, png(seed=10))
+    assert first.status_code == 200, first.text
+    used = first.json()["usage"]
+    assert used["input_tokens"] >= text_only.json()["usage"]["input_tokens"] + IMAGE_TOKENS
+    counted = vlm.http.post("/v1/responses/input_tokens", json={
+        "model": "llava", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "What is in the image?"}, png(seed=10)]}]})
+    assert counted.json()["input_tokens"] == used["input_tokens"]
+    second = vlm.http.post("/v1/responses", json={
+        "model": "llava", "max_output_tokens": 4, "previous_response_id": first.json()["id"],
+        "input": "And the colours?"})
+    assert second.status_code == 200, second.text
+    cached = second.json()["usage"]["input_tokens_details"]["cached_tokens"]
+    assert cached >= used["input_tokens"] - 1 > IMAGE_TOKENS
+
+
+def test_the_prompt_cache_tells_images_apart(vlm):
+    """The same text with another image reuses only what precedes the image; the first
+    image again reuses its whole prompt."""
+    from ..fixtures.vlm import IMAGE_TOKENS
+
+    a = look(vlm, png(seed=20), text="Describe.")
+    assert a.status_code == 200, a.text
+    b = look(vlm, png(seed=21), text="Describe.")
+    assert b.json()["usage"]["input_tokens"] == a.json()["usage"]["input_tokens"]
+    # the image's tokens and what follows them are prefilled again
+    assert b.json()["usage"]["input_tokens_details"]["cached_tokens"] <= \
+        b.json()["usage"]["input_tokens"] - IMAGE_TOKENS - 1
+    again = look(vlm, png(seed=20), text="Describe.")
+    assert again.json()["usage"]["input_tokens_details"]["cached_tokens"] >= \
+        a.json()["usage"]["input_tokens"] - 1 > IMAGE_TOKENS
+
+
+def test_an_image_in_a_tool_output_reaches_a_vision_model(vlm):
+    """Codex's view_image: a screenshot inside a function_call_output is an image input."""
+    from ..fixtures.vlm import IMAGE_TOKENS
+
+    def turn(output):
+        return vlm.http.post("/v1/responses", json={
+            "model": "llava", "max_output_tokens": 4, "input": [
+                {"role": "user", "content": "Look at the screen."},
+                {"type": "function_call", "call_id": "call_1", "name": "view_image",
+                 "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": output}]})
+
+    with_image = turn([png(seed=30)])
+    assert with_image.status_code == 200, with_image.text
+    plain = turn("")
+    assert with_image.json()["usage"]["input_tokens"] >= \
+        plain.json()["usage"]["input_tokens"] + IMAGE_TOKENS
+
+
+def test_an_image_url_of_an_allowed_host_is_fetched(vlm, files):
+    """An http image_url on the allowed host is fetched, decoded and counted; stored as a
+    data URL, so the input items show the bytes and not the URL."""
+    Files.routes["/cat.jpg"] = (200, "image/jpeg", image_bytes(50, 50, "JPEG", seed=4), None)
+    r = look(vlm, {"type": "input_image", "image_url": files + "/cat.jpg"})
+    assert r.status_code == 200, r.text
+    items = vlm.http.get(f"/v1/responses/{r.json()['id']}/input_items").json()
+    [image] = [p for p in items["data"][0]["content"] if p["type"] == "input_image"]
+    assert image["image_url"].startswith("data:image/jpeg;base64,")
+
+
+def test_images_and_text_requests_run_together(vlm):
+    """Image and text requests at once (one batch): every one answers 200 with its own
+    input_tokens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda i: look(vlm, png(seed=40 + i)) if i % 2 else look(vlm),
+                            range(6)))
+    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+    counts = {r.json()["usage"]["input_tokens"] for r in got}
+    assert len(counts) == 2
+
+
+@pytest.mark.parametrize("part, param, reason", [
+    (png(width=64, height=64), None, None),                 # exactly --media-max-pixels
+    (png(width=65, height=64), "input[0].content[1].image_url", f"limit is {PIXELS}"),
+    ({"type": "input_image", "image_url": data_url(image_bytes()[:70], "image/png")},
+     "input[0].content[1].image_url", "corrupt"),
+    ({"type": "input_image", "image_url": data_url(text_pdf(["x"]), "application/pdf")},
+     "input[0].content[1].image_url", "not an image"),
+    ({"type": "input_image", "image_url": data_url(image_bytes(8, 8, "BMP"), "image/bmp")},
+     "input[0].content[1].image_url", "supported"),
+    ({"type": "input_image", "file_id": "file-abc"}, "input[0].content[1].file_id",
+     "Files API"),
+    ({"type": "input_image", "image_url": "https://example.com/a.png"},
+     "input[0].content[1].image_url", "example.com"),
+    ({**png(), "detail": "ultra"}, "input[0].content[1].detail", "detail"),
+])
+def test_bad_images_for_a_vision_model_are_400s(vlm, part, param, reason):
+    """Each bad image is a 400 naming its field; the pixel limit is exact."""
+    r = look(vlm, part)
+    if param is None:
+        assert r.status_code == 200, r.text
+        return
+    got, message = refusal(r)
+    assert got == param and reason in message
+
+
+def test_a_vision_model_lists_image_input(vlm):
+    """/v1/models: a vision model takes images too."""
+    [model] = vlm.http.get("/v1/models").json()["data"]
+    assert model["input_modalities"] == ["text", "image", "file"]
