@@ -107,3 +107,17 @@ def test_an_image_prompt_batched_with_a_text_prompt(loaded):
 
     together = generate([image, text])
     assert together == [generate([image])[0], generate([text])[0]]
+
+
+def test_logits_processors_see_the_image_token_not_virtual_ids(loaded):
+    """A processor over the context (mlx-lm's repetition penalty indexes logits by it) gets
+    the image token where the prompt holds virtual ids, and every other token unchanged."""
+    _, tokenizer, vision = loaded
+    tokens, spans = image_prompt(tokenizer, seed=5)
+    placed = vision.place(tokens, spans)
+    seen = []
+    process = vision.text_context(lambda context, logits: seen.append(context) or logits)
+    logits = mx.zeros((1, vision.rows.first))
+    assert process(mx.array(placed), logits) is logits
+    assert seen[0].tolist() == tokens
+    assert max(placed) >= vision.rows.first

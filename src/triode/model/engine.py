@@ -335,6 +335,8 @@ class Engine:
         request = cmd.request
         extra = {}
         chain, constraint = logits_processors_for(request, tokenizer)
+        if chain and request.images and vision is not None:
+            chain = [vision.text_context(p) for p in chain]   # no ids past the vocabulary
         if chain:
             extra["logits_processors"] = [chain]
         prompt = list(request.prompt)

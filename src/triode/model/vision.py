@@ -25,7 +25,6 @@ and later) and models with bidirectional attention over image tokens are not.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import io
@@ -37,7 +36,7 @@ from typing import Any, Sequence
 import attrs
 
 from ..errors import InvalidRequest, SettingsError
-from .media import DETAIL_PIXELS
+from .media import DETAIL_PIXELS, parse_data_url
 from .request import ImageSpan
 
 # mlx-vlm architecture → how many image tokens an image of processed size (h, w) becomes.
@@ -45,6 +44,9 @@ VISION_ARCHITECTURES = ("llava",)
 # Rows of image features the engine keeps (a ring): each image uses as many as it has tokens
 # (576 for LLaVA-1.5 at 336 px). 16384 rows of a 4096-wide bf16 model is 128 MiB.
 IMAGE_ROWS = 16384
+# Images reach rendering checked (service/media.py, --media-max-bytes); stored ones replayed
+# by a chain were checked when they came in.
+MAX_DATA_URL_BYTES = 1 << 31
 
 
 def vision_config(model: str) -> dict[str, Any] | None:
@@ -120,15 +122,17 @@ class VisionPrompter:
             out.extend([self.image_token_id] * n)
             last = place + 1
         out.extend(tokens[last:])
+        total = sum(span.length for span in spans)
+        if total > IMAGE_ROWS:
+            raise InvalidRequest(f"the input's images are {total} image tokens; at most "
+                                 f"{IMAGE_ROWS} fit in one request", param="input")
         return out, tuple(spans)
 
     def pixels(self, image: dict[str, Any]) -> Any:
         """An image part's processed pixels (numpy, [1, channels, height, width])."""
         from PIL import Image
 
-        url = image["image_url"]
-        data = base64.b64decode(url.split(",", 1)[1]) if ";base64," in url[:64] \
-            else url.split(",", 1)[1].encode()
+        data = parse_data_url(image["image_url"], MAX_DATA_URL_BYTES).data
         with Image.open(io.BytesIO(data)) as img:
             img.seek(0)
             rgb = img.convert("RGB")
@@ -234,6 +238,20 @@ class Vision:
             first = self.rows.first + base
             out[span.start:span.start + span.length] = range(first, first + span.length)
         return out
+
+
+    def text_context(self, processor: Any) -> Any:
+        """A logits processor that sees image tokens as the model's image token, not as the
+        virtual ids it could not index logits with (mlx-lm's repetition penalty indexes the
+        logits by the last 20 tokens of the context, prompt included)."""
+        import mlx.core as mx
+
+        first, image = self.rows.first, self.image_token_id
+
+        def process(tokens: Any, logits: Any) -> Any:
+            return processor(mx.where(tokens >= first, image, tokens), logits)
+
+        return process
 
 
 def load_vision(model: str) -> tuple[Any, Any, Vision]:

@@ -91,7 +91,7 @@ async def summarize(model: ModelHandle, instructions: str | None,
     events: list[Any] = []
     generated = 0
     summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),
-                                        Sampling(temperature=0.0))
+                                        Sampling(temperature=0.0), images=rendered.images)
     async with model.generate(summary_request) as adm:
         async for out in adm.outputs:
             generated += 1

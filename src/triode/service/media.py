@@ -147,8 +147,8 @@ class Media:
 
         def decode() -> str:
             blob = self._blob_of_url(url, where)
-            media.decode_image(blob, limits.max_pixels)
-            return url if media.is_data_url(url) else _data_url(blob, "image/png")
+            image = media.decode_image(blob, limits.max_pixels)
+            return url if media.is_data_url(url) else _data_url(Blob(blob.data, image.mime))
 
         return attrs.evolve(part, image_url=await self._run(decode, where))
 
@@ -203,8 +203,8 @@ def _no_files(param: str, instead: str) -> InvalidRequest:
                           f"the content in {instead} instead", param=param)
 
 
-def _data_url(blob: Blob, fallback: str) -> str:
-    return f"data:{blob.mime or fallback};base64,{base64.b64encode(blob.data).decode()}"
+def _data_url(blob: Blob) -> str:
+    return f"data:{blob.mime};base64,{base64.b64encode(blob.data).decode()}"
 
 
 # ---- fetching ---------------------------------------------------------------------------
