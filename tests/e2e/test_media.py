@@ -305,7 +305,8 @@ def test_the_prompt_cache_tells_images_apart(vlm):
 
 
 def test_an_image_in_a_tool_output_reaches_a_vision_model(vlm):
-    """Codex's view_image: a screenshot inside a function_call_output is an image input."""
+    """Codex's view_image: a screenshot inside a function_call_output (or a
+    custom_tool_call_output) is an image input."""
     from ..fixtures.vlm import IMAGE_TOKENS
 
     def turn(output):
@@ -316,6 +317,13 @@ def test_an_image_in_a_tool_output_reaches_a_vision_model(vlm):
                  "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "call_1", "output": output}]})
 
+    custom = vlm.http.post("/v1/responses", json={
+        "model": "llava", "max_output_tokens": 4, "input": [
+            {"role": "user", "content": "Look."},
+            {"type": "custom_tool_call", "call_id": "call_2", "name": "shot", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "call_2", "output": [png(seed=31)]}]})
+    assert custom.status_code == 200, custom.text
+    assert custom.json()["usage"]["input_tokens"] > IMAGE_TOKENS
     with_image = turn([png(seed=30)])
     assert with_image.status_code == 200, with_image.text
     plain = turn("")

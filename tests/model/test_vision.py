@@ -121,3 +121,31 @@ def test_logits_processors_see_the_image_token_not_virtual_ids(loaded):
     assert process(mx.array(placed), logits) is logits
     assert seen[0].tolist() == tokens
     assert max(placed) >= vision.rows.first
+
+
+def test_detail_low_shrinks_the_image_before_the_processor(loaded):
+    """`detail: low` starts the processor from at most 512 x 512 pixels: LLaVA's one
+    resolution gives the same token count, from other pixels (another content key)."""
+    _, tokenizer, _ = loaded
+    prompter = prompter_of(tokenizer)
+    url = data_url(image_bytes(900, 700, seed=6), "image/png")
+    tokens = tokenizer.encode("USER: <image>\nhi\nASSISTANT:", add_special_tokens=False)
+    _, [auto] = prompter.expand(tokens, [{"image_url": url, "detail": "auto"}])
+    _, [high] = prompter.expand(tokens, [{"image_url": url, "detail": "high"}])
+    _, [low] = prompter.expand(tokens, [{"image_url": url, "detail": "low"}])
+    assert auto.length == low.length == vlm.IMAGE_TOKENS
+    assert auto.digest == high.digest != low.digest
+
+
+def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
+    """A vision config of an architecture the batched text model cannot compute (M-RoPE
+    Qwen2-VL) is a SettingsError naming --model, before anything loads."""
+    import json
+
+    from triode.errors import SettingsError
+    from triode.model.loading import check_model
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}))
+    with pytest.raises(SettingsError, match="--model.*'qwen2_vl'.*llava"):
+        check_model(str(tmp_path))
