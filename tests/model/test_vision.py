@@ -66,19 +66,21 @@ def test_images_are_keyed_by_content(loaded):
 
 
 def test_rows_overwritten_in_the_ring_are_computed_again():
-    """An image whose rows the ring has overwritten is not found; its new ids are new."""
+    """An image whose rows are in the older half of the ring (next to be overwritten) is
+    not reused; it is placed again under new ids."""
     import numpy as np
 
     from triode.model.request import ImageSpan
 
-    rows = ImageRows(first=1000, capacity=8)
+    rows = ImageRows(first=1000, capacity=16)
     a = ImageSpan(start=0, length=5, digest="a", pixels=np.zeros(1))
-    b = ImageSpan(start=0, length=5, digest="b", pixels=np.zeros(1))
+    b = ImageSpan(start=0, length=3, digest="b", pixels=np.zeros(1))
     base_a = rows.place(a, mx.ones((5, 4)))
-    assert rows.serial(a) == base_a
-    rows.place(b, mx.ones((5, 4)))
-    assert rows.serial(a) is None     # 10 rows written into 8: a's first rows are gone
-    assert rows.place(a, mx.ones((5, 4))) == 10
+    rows.place(b, mx.ones((3, 4)))
+    assert rows.serial(a) == base_a   # 8 rows written: a is in the newer half
+    rows.place(ImageSpan(start=0, length=1, digest="c", pixels=np.zeros(1)), mx.ones((1, 4)))
+    assert rows.serial(a) is None     # 9 written: a's rows are in the older half
+    assert rows.place(a, mx.ones((5, 4))) == 9
 
 
 def test_an_image_prompt_batched_with_a_text_prompt(loaded):
@@ -149,3 +151,22 @@ def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
         {"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}))
     with pytest.raises(SettingsError, match="--model.*'qwen2_vl'.*llava"):
         check_model(str(tmp_path))
+
+
+def test_a_request_s_image_tokens_are_limited_exactly(loaded, monkeypatch):
+    """Image tokens exactly at the per-request limit render; one image more is a 400."""
+    from triode.errors import InvalidRequest
+    from triode.model import vision as module
+
+    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 2 * vlm.IMAGE_TOKENS)
+    _, tokenizer, _ = loaded
+    prompter = prompter_of(tokenizer)
+    image = {"image_url": data_url(image_bytes(20, 20, seed=7), "image/png")}
+
+    def expand(n):
+        text = "USER: " + "<image>\n" * n + "hi\nASSISTANT:"
+        return prompter.expand(tokenizer.encode(text, add_special_tokens=False), [image] * n)
+
+    assert len(expand(2)[1]) == 2
+    with pytest.raises(InvalidRequest, match="32 fit in one request"):
+        expand(3)

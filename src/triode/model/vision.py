@@ -44,6 +44,10 @@ VISION_ARCHITECTURES = ("llava",)
 # Rows of image features the engine keeps (a ring): each image uses as many as it has tokens
 # (576 for LLaVA-1.5 at 336 px). 16384 rows of a 4096-wide bf16 model is 128 MiB.
 IMAGE_ROWS = 16384
+# The image tokens one request may hold: an eighth of the ring, so the rows of a prompt being
+# prefilled are overwritten only after more than 3 more such requests' worth of new images
+# were placed meanwhile (the reuse rule below keeps half the ring as headroom).
+REQUEST_IMAGE_ROWS = IMAGE_ROWS // 8
 # Images reach rendering checked (service/media.py, --media-max-bytes); stored ones replayed
 # by a chain were checked when they came in.
 MAX_DATA_URL_BYTES = 1 << 31
@@ -123,9 +127,9 @@ class VisionPrompter:
             last = place + 1
         out.extend(tokens[last:])
         total = sum(span.length for span in spans)
-        if total > IMAGE_ROWS:
+        if total > REQUEST_IMAGE_ROWS:
             raise InvalidRequest(f"the input's images are {total} image tokens; at most "
-                                 f"{IMAGE_ROWS} fit in one request", param="input")
+                                 f"{REQUEST_IMAGE_ROWS} fit in one request", param="input")
         return out, tuple(spans)
 
     def pixels(self, image: dict[str, Any]) -> Any:
@@ -182,13 +186,16 @@ class ImageRows:
         mx.eval(self.table)
         self.known[span.digest] = base
         self.known.move_to_end(span.digest)
-        while self.known and next(iter(self.known.values())) < self.next - self.capacity:
+        while self.known and next(iter(self.known.values())) < self.next - self.capacity // 2:
             self.known.popitem(last=False)
         return base
 
     def serial(self, span: ImageSpan) -> int | None:
+        """The first serial of an image's rows, if it has rows in the newer half of the
+        ring: rows about to be overwritten are not reused (the image is placed again, under
+        new ids), so a prompt's rows outlive its prefill by half the ring."""
         base = self.known.get(span.digest)
-        if base is None or base < self.next - self.capacity:
+        if base is None or base < self.next - self.capacity // 2:
             return None
         self.known.move_to_end(span.digest)
         return base
