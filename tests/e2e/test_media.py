@@ -384,3 +384,26 @@ def test_a_vision_model_lists_image_input(vlm):
     """/v1/models: a vision model takes images too."""
     [model] = vlm.http.get("/v1/models").json()["data"]
     assert model["input_modalities"] == ["text", "image", "file"]
+
+
+def test_a_background_job_with_bad_media_is_refused_at_create(media_server):
+    """Media is read before the job is queued: a corrupt PDF in a background create is the
+    create's 400 naming the field, and no job exists; a good one's job completes with the
+    file's text read."""
+    bad = {"type": "input_file", "filename": "doc.pdf", "file_data": b64(PDF[:40])}
+    r = media_server.http.post("/v1/responses", json={
+        "model": MODEL, "background": True, "input": [{"role": "user", "content": [bad]}]})
+    param, _ = refusal(r)
+    assert param == "input[0].content[0].file_data"
+    good = {"type": "input_file", "filename": "doc.pdf",
+            "file_data": b64(text_pdf([f"Reply with: {PHRASE}"]))}
+    r = media_server.http.post("/v1/responses", json={
+        "model": MODEL, "background": True, "max_output_tokens": 8, "temperature": 0,
+        "input": [{"role": "user", "content": [good]}]})
+    assert r.status_code == 200, r.text
+    from ..conftest import wait_until
+
+    done = wait_until(lambda: (o := media_server.http.get(
+        f"/v1/responses/{r.json()['id']}").json())["status"] == "completed" and o)
+    assert PHRASE in "".join(c["text"] for item in done["output"]
+                             for c in item.get("content", []) if c["type"] == "output_text")
