@@ -97,6 +97,9 @@ class Settings:
     api_key: str | None = flag(
         None, "require `Authorization: Bearer KEY` on every route but /health and "
         "/openapi.json")
+    api_keys_file: str | None = flag(
+        None, "a JSON file of tenants, each with its keys and limits (docs/security.md); "
+        "re-read on SIGHUP; excludes --api-key")
     shutdown_timeout: float = flag(
         30.0, "seconds a SIGTERM/SIGINT waits for running responses (background jobs too) "
         "to finish; those still running then end `failed` (the server is shutting down)")

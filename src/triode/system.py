@@ -24,13 +24,16 @@ rest `failed`, so each gets its terminal event and is stored (docs/cancellation.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 
 import attrs
 import trio
 
+from .actors import limits as tenant_limits
 from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
+from .actors.limits import TenantLimits, TenantLimitsHandle
 from .actors.model import ModelActor, ModelHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
 from .actors.sqlite import SqliteBoard, SqliteOpenError
@@ -44,6 +47,7 @@ from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
+from .tenants import DEFAULT_SCOPE, Tenant, Tenants, single
 
 log = logging.getLogger("triode")
 
@@ -66,8 +70,18 @@ class Handles:
     model_names: tuple[str, ...]
     blas: str
     conversations_api: Conversations
-    api_key: str | None = None
+    tenants: Tenants = attrs.Factory(lambda: Tenants(single(None)))
+    limits: TenantLimitsHandle | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
+
+    def for_tenant(self, tenant: Tenant) -> Handles:
+        """What one tenant's requests see: the turn and conversation services scoped to it
+        (`Turns.for_tenant`); the actors' own handles (for monitoring) stay whole."""
+        if tenant.scope == DEFAULT_SCOPE:
+            return self
+        return attrs.evolve(self, turns=self.turns.for_tenant(tenant),
+                            conversations_api=Conversations(
+                                attrs.evolve(self.conversations, scope=tenant.scope)))
 
 
 def model_path(settings: Settings) -> str:
@@ -131,6 +145,7 @@ async def start_actors(settings: Settings, *,
     there the drain is what ends background jobs with a terminal status."""
     check_model(model_path(settings))
     check_options(load_options(settings))
+    tenants = Tenants.configured(settings.api_key, settings.api_keys_file)
     tree = trio.CancelScope()
     handles: Handles | None = None
     tree_ended = False
@@ -150,7 +165,8 @@ async def start_actors(settings: Settings, *,
             try:
                 with tree:
                     async with trio.open_nursery() as actors:
-                        handles = await actors.start(_start_tree, settings)
+                        handles = await actors.start(_start_tree, settings, tenants)
+                        actors.start_soon(reload_on_sighup, tenants)
                         tree.shield = True
                         task_status.started(handles)
             finally:
@@ -220,7 +236,30 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
     return model
 
 
-async def _start_tree(settings: Settings, *,
+async def reload_on_sighup(tenants: Tenants) -> None:
+    """Re-reads --api-keys-file at each SIGHUP (each worker process on its own); a file that
+    cannot be used keeps the table in force and says why in one log line."""
+    if tenants.path is None:
+        return
+    try:
+        receiver = trio.open_signal_receiver(signal.SIGHUP)
+    except (RuntimeError, ValueError):   # not the main thread (tests under trio in threads)
+        log.warning("--api-keys-file: SIGHUP cannot be received here; the file is not "
+                    "re-read")
+        return
+    with receiver as signals:
+        async for _ in signals:
+            try:
+                tenants.reload()
+            except SettingsError as exc:
+                log.error("SIGHUP: %s; the tenants in force are kept", exc)
+            else:
+                log.info("SIGHUP: %s re-read: %d tenant%s", tenants.path,
+                         len(tenants.table.tenants),
+                         "" if len(tenants.table.tenants) == 1 else "s")
+
+
+async def _start_tree(settings: Settings, tenants: Tenants, *,
                       task_status: trio.TaskStatus[Handles] = trio.TASK_STATUS_IGNORED
                       ) -> None:
     """The actors in one nursery; reports their Handles once every one has started."""
@@ -229,9 +268,19 @@ async def _start_tree(settings: Settings, *,
     backend = await open_store(settings)     # before the model loads: a bad --store fails fast
     try:
         async with trio.open_nursery() as nursery:
-            await _start_actors_on(nursery, settings, backend, blas, task_status)
+            await _start_actors_on(nursery, settings, tenants, backend, blas, task_status)
     finally:
         backend.close()
+
+
+def limits_backend(backend: Backend) -> tenant_limits.Backend:
+    """Where the tenants' limits count: the shared store, so every worker on it counts
+    against the same figures, or this process."""
+    if isinstance(backend, RedisBackend):
+        return tenant_limits.RedisBackend(backend.client, backend.prefix)
+    if isinstance(backend, SqliteBackend):
+        return tenant_limits.SqliteBackend(backend.db, backend.prefix)
+    return tenant_limits.MemoryBackend()
 
 
 def job_board(backend: Backend) -> Board | None:
@@ -243,7 +292,8 @@ def job_board(backend: Backend) -> Board | None:
     return None
 
 
-async def _start_actors_on(nursery: trio.Nursery, settings: Settings, backend: Backend,
+async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: Tenants,
+                           backend: Backend,
                            blas: str, task_status: trio.TaskStatus[Handles]) -> None:
     """The actors in `nursery`; reports their Handles once every one has started."""
     model = await load_model(nursery, settings)
@@ -277,7 +327,8 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, backend: B
     shared = job_board(backend)
     if shared is not None:
         board = await nursery.start(JobBoard(shared, registry).run)
-    turns = Turns(model=model, registry=registry, responses=responses,
+    limits: TenantLimitsHandle = await nursery.start(TenantLimits(limits_backend(backend)).run)
+    turns = Turns(model=model, registry=registry, responses=responses, limits=limits,
                   conversations=conversations, echo=echo, model_names=names,
                   hosted_tools=settings.hosted_tools,
                   background_off=background_off(settings), board=board,
@@ -289,4 +340,4 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, backend: B
     task_status.started(Handles(
         turns=turns, model=model, registry=registry, responses=responses,
         conversations=conversations, echo=echo, model_names=names, blas=blas,
-        conversations_api=Conversations(conversations), api_key=settings.api_key))
+        conversations_api=Conversations(conversations), tenants=tenants, limits=limits))

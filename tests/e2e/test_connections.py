@@ -85,6 +85,34 @@ def test_next_request_is_answered_after_a_401():
                                       auth="Authorization: Bearer k\r\n") == (401, 200)
 
 
+def test_an_early_answer_is_sent_before_the_body_arrives():
+    """A client that sends its headers and waits (as an `Expect: 100-continue` one does)
+    gets its 401 at once, not after the guard's drain bound (5 s: the 2 s read would time
+    out); the body it then sends is drained and the connection serves the next request."""
+    with run_server("--api-key", "k") as server, connect(server) as sock:
+        sock.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {len(BODY)}\r\n\r\n".encode())
+        first = read_response(sock, timeout=2.0)
+        assert first is not None and first[0] == 401
+        assert json.loads(first[2])["error"]["code"] == "invalid_api_key"
+        assert first[1].get("connection") != "close"
+        sock.sendall(BODY)
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n")
+        second = read_response(sock)
+        assert second is not None and second[0] == 200
+
+
+def test_an_early_answer_whose_body_never_comes_closes_the_connection():
+    """The body of an early-answered request that never arrives: the server closes the
+    connection once its drain bound has passed, it does not hang open."""
+    with run_server("--api-key", "k") as server, connect(server) as sock:
+        sock.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                     f"{len(BODY)}\r\n\r\n".encode())
+        first = read_response(sock, timeout=2.0)
+        assert first is not None and first[0] == 401
+        assert read_response(sock, timeout=10.0) is None      # closed by the server
+
+
 def test_server_closes_when_it_answers_connection_close(server):
     with connect(server) as sock:
         sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -376,14 +376,14 @@ class JobBoard:
     async def _mirror(self, board: JobBoardHandle, job: SupervisorHandle) -> None:
         try:
             async for batch in job.follow_batches():
-                await board._call(self._board.add_events, job.response_id,
+                await board._call(self._board.add_events, job.key,
                                   [dumps(event).encode() for event in batch])
         except StoreUnavailable as exc:
-            log.warning("job %s: events not mirrored: %s", job.response_id, exc.message)
+            log.warning("job %s: events not mirrored: %s", job.key, exc.message)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 try:
-                    await board.release(job.response_id)
+                    await board.release(job.key)
                 except StoreUnavailable:
                     pass
 

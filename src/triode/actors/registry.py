@@ -202,17 +202,17 @@ class Registry:
 
             def started(self, handle: SupervisorHandle | None = None) -> None:
                 assert handle is not None
-                registry._live[sup.response_id] = handle
+                registry._live[sup.key] = handle
                 if background:
-                    registry._jobs.add(sup.response_id)
+                    registry._jobs.add(sup.key)
                 registry._started += 1
                 task_status.started(handle)
 
         try:
             await sup.run(task_status=Registering())
         finally:
-            if self._live.pop(sup.response_id, None) is not None:
+            if self._live.pop(sup.key, None) is not None:
                 self._ended += 1
-            self._jobs.discard(sup.response_id)
+            self._jobs.discard(sup.key)
             self._left.set()
             self._left = trio.Event()

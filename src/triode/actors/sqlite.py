@@ -98,6 +98,13 @@ CREATE TABLE IF NOT EXISTS job_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, board TEXT NOT NULL, response_id TEXT NOT NULL,
     event TEXT NOT NULL, added REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS job_events_of ON job_events (board, response_id, id);
+-- Tenants' limits (actors/limits.py): counting windows and concurrency tickets.
+CREATE TABLE IF NOT EXISTS limit_windows (
+    prefix TEXT NOT NULL, name TEXT NOT NULL, count INTEGER NOT NULL, closes REAL NOT NULL,
+    PRIMARY KEY (prefix, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS limit_tickets (
+    prefix TEXT NOT NULL, name TEXT NOT NULL, ticket TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (prefix, name, ticket)) WITHOUT ROWID;
 """
 
 

@@ -35,6 +35,7 @@ from ..responses.objects import dumps
 from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
 from ..settings import sqlite_location
+from ..tenants import DEFAULT_SCOPE, scoped
 from .budget import BudgetStatistics
 from .entries import Entries, MemoryEntries, RedisEntries, StoreKind
 from .sqlite import Database, SqliteEntries
@@ -204,6 +205,12 @@ class _StoreHandle:
     _disabled_reason: str | None
     shared: bool = False          # kept in Redis or SQLite (reachable or not), not this process
     kind: StoreKind = "memory"
+    # The tenant whose names this handle reads and writes (tenants.scoped): another
+    # tenant's handle over the same store reaches other keys, so its ids miss.
+    scope: str = DEFAULT_SCOPE
+
+    def _key(self, name: str) -> str:
+        return scoped(self.scope, name)
 
     async def ping(self) -> None:
         """Raises StoreUnavailable unless a shared store answers now (Redis is reachable, the
@@ -240,12 +247,12 @@ class ResponseStoreHandle(_StoreHandle):
         stored = StoredResponse.of(response, events)
         # Items of a continuable response can be named by item_reference later.
         item_ids = () if ephemeral else tuple(
-            item["id"] for item in [*response.get("input", ()),
+            self._key(item["id"]) for item in [*response.get("input", ()),
                                     *response.get("response", {}).get("output", ())]
             if isinstance(item.get("id"), str))
         return await ask(
             self._inbox,
-            lambda reply: PutResponse(response_id, stored, pinned, ephemeral, reserve,
+            lambda reply: PutResponse(self._key(response_id), stored, pinned, ephemeral, reserve,
                                       item_ids, reply),
         )
 
@@ -254,7 +261,7 @@ class ResponseStoreHandle(_StoreHandle):
         a use of that response for LRU."""
         self.check_enabled()
         stored: StoredResponse | None = await ask(self._inbox,
-                                                  lambda reply: FindItem(item_id, reply))
+                                                  lambda reply: FindItem(self._key(item_id), reply))
         if stored is None:
             return None
         record = json.loads(stored.body)
@@ -275,21 +282,23 @@ class ResponseStoreHandle(_StoreHandle):
 
     async def delete(self, response_id: str) -> bool:
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: DeleteResponse(response_id, reply))
+        return await ask(self._inbox, lambda reply: DeleteResponse(self._key(response_id),
+                                                                   reply))
 
     async def pin(self, response_id: str) -> bool:
         """Takes a stored response out of TTL and LRU; False if absent or over budget."""
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: PinResponse(response_id, reply))
+        return await ask(self._inbox, lambda reply: PinResponse(self._key(response_id), reply))
 
     async def unpin(self, response_id: str) -> bool:
         """Makes a pinned response ordinary, its TTL starting now; False if not retained."""
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: UnpinResponse(response_id, reply))
+        return await ask(self._inbox, lambda reply: UnpinResponse(self._key(response_id),
+                                                                  reply))
 
     async def _get_stored(self, response_id: str) -> StoredResponse | None:
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: GetResponse(response_id, reply))
+        return await ask(self._inbox, lambda reply: GetResponse(self._key(response_id), reply))
 
 
 @attrs.frozen
@@ -308,7 +317,8 @@ class ConversationStoreHandle(_StoreHandle):
         self.check_enabled()
         record = (encode_json(conversation), *(encode_json(item) for item in items))
         return await ask(self._inbox,
-                         lambda reply: PutConversation(conversation["id"], record, reply))
+                         lambda reply: PutConversation(self._key(conversation["id"]), record,
+                                                       reply))
 
     async def read(self, conversation_id: str) -> ConversationRecord | None:
         """The conversation's object and items, or None; counts as a use for LRU."""
@@ -339,7 +349,7 @@ class ConversationStoreHandle(_StoreHandle):
         """Replaces a conversation's object (keyed by its id), keeping its items and age;
         False when there is no such conversation or it no longer fits the byte budget."""
         self.check_enabled()
-        cid, encoded = conversation["id"], encode_json(conversation)
+        cid, encoded = self._key(conversation["id"]), encode_json(conversation)
         return await ask(self._inbox,
                          lambda reply: ReplaceConversationObject(cid, encoded, reply))
 
@@ -353,22 +363,25 @@ class ConversationStoreHandle(_StoreHandle):
         if found is None:
             return False
         return await ask(self._inbox,
-                         lambda reply: RemoveConversationItem(conversation_id, found, reply))
+                         lambda reply: RemoveConversationItem(self._key(conversation_id), found,
+                                                              reply))
 
     async def delete(self, conversation_id: str) -> bool:
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: DeleteConversation(conversation_id, reply))
+        return await ask(self._inbox, lambda reply: DeleteConversation(
+            self._key(conversation_id), reply))
 
     async def _record(self, conversation_id: str) -> tuple[bytes, ...] | None:
         self.check_enabled()
-        return await ask(self._inbox, lambda reply: GetConversation(conversation_id, reply))
+        return await ask(self._inbox, lambda reply: GetConversation(self._key(conversation_id),
+                                                                    reply))
 
     async def _append(self, conversation_id: str, items: Iterable[Any], created: bytes | None
                       ) -> bool | None:
         self.check_enabled()
         encoded = tuple(encode_json(item) for item in items)
         return await ask(self._inbox, lambda reply: AppendConversation(
-            conversation_id, encoded, created, reply))
+            self._key(conversation_id), encoded, created, reply))
 
 
 class Backend:
@@ -660,14 +673,15 @@ ReasoningEchoMessage = RememberReasoning | RecallReasoning | GetStatistics
 class ReasoningEchoHandle:
     _inbox: trio.MemorySendChannel[ReasoningEchoMessage]
     enabled: bool
+    scope: str = DEFAULT_SCOPE    # whose turns (tenants.scoped), as the other stores' handles
 
     async def remember(self, turns: Iterable[tuple[str, str]]) -> None:
-        turns = tuple(turns)
+        turns = tuple((scoped(self.scope, key), text) for key, text in turns)
         if self.enabled and turns:
             await self._inbox.send(RememberReasoning(turns))
 
     async def recall(self, keys: Iterable[str]) -> list[str | None]:
-        keys = tuple(keys)
+        keys = tuple(scoped(self.scope, key) for key in keys)
         if not self.enabled or not keys:
             return [None] * len(keys)
         return await ask(self._inbox, lambda reply: RecallReasoning(keys, reply))

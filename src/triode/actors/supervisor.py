@@ -40,12 +40,16 @@ class Keeper(Protocol):
 
 class Supervisor:
     def __init__(self, *, response_id: str, plan: Plan, ready: Prepared | PrepareLater,
-                 model: ModelHandle, background: bool = False, keeper: Keeper | None = None):
+                 model: ModelHandle, background: bool = False, keeper: Keeper | None = None,
+                 key: str | None = None):
         """`ready` is the prepared turn, or an async function that prepares it inside the
         job while it is queued (a background job that compacts its history first): a
         refusal there fails the job (`invalid_prompt`) instead of the create call. `plan`
-        is the turn as requested; the keeper gets the prepared one's (compacted) plan."""
+        is the turn as requested; the keeper gets the prepared one's (compacted) plan.
+        `key`: the name the registry and the job board know it by (its tenant's,
+        tenants.scoped; default: its id)."""
         self.response_id = response_id
+        self.key = key or response_id
         self.background = background
         self._plan = plan
         self._ready = ready if isinstance(ready, Prepared) else None
@@ -249,6 +253,7 @@ class SupervisorHandle:
     def __init__(self, sup: Supervisor):
         self._sup = sup
         self.response_id = sup.response_id
+        self.key = sup.key
 
     @property
     def done(self) -> bool:

@@ -28,6 +28,7 @@ import attrs
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
+from ..tenants import Tenant
 from ..responses.objects import (AnyEvent, CompactedHistory, ResponseEvent, ResponseObject,
                                 Usage as ResponseUsage, event_type)
 
@@ -70,6 +71,7 @@ class AccessRecord:
     responses: int = 0            # a stream's terminal events (a WebSocket's line shows them)
     errors: int = 0               # a stream's error events (a WebSocket's line shows them)
     disconnected: bool = False
+    tenant: Tenant | None = None  # whose key authenticated it (the app's auth tells it)
 
     def record_response(self, response_id: str) -> None:
         """The response the request answered about: created, read, streamed, cancelled."""
@@ -143,6 +145,10 @@ class HttpStatistics:
     in_flight: int                                   # requests and WebSockets open now
     requests: dict[tuple[str, str, str], int]        # (method, route, status) → answered
     durations: dict[tuple[str, str], HistogramStatistics]   # (method, route) → seconds
+    # Named tenants only (an --api-keys-file): (tenant, status) → answered, and the tokens
+    # their responses used, (tenant, kind) → tokens (kind: input, cached, output).
+    tenant_requests: dict[tuple[str, str], int] = attrs.Factory(dict)
+    tenant_tokens: dict[tuple[str, str], int] = attrs.Factory(dict)
 
 
 class AccessLog:
@@ -154,6 +160,8 @@ class AccessLog:
         self._in_flight = 0
         self._requests: dict[tuple[str, str, str], int] = {}
         self._durations: dict[tuple[str, str], Histogram] = {}
+        self._tenant_requests: dict[tuple[str, str], int] = {}
+        self._tenant_tokens: dict[tuple[str, str], int] = {}
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -203,13 +211,26 @@ class AccessLog:
             if histogram is None:
                 histogram = self._durations[key[:2]] = Histogram(DURATION_BUCKETS)
             histogram.observe(seconds)
+        if record.tenant is not None and record.tenant.name:
+            self._count_tenant(record.tenant.name, record)
         if self.enabled:
             log.info("%s", access_line(scope, record, seconds))
+
+    def _count_tenant(self, name: str, record: AccessRecord) -> None:
+        key = (name, str(record.status))
+        self._tenant_requests[key] = self._tenant_requests.get(key, 0) + 1
+        if record.usage is not None:
+            for kind, n in (("input", record.usage.input_tokens),
+                            ("cached", record.usage.cached_tokens),
+                            ("output", record.usage.output_tokens)):
+                self._tenant_tokens[(name, kind)] = self._tenant_tokens.get((name, kind), 0) + n
 
     def statistics(self) -> HttpStatistics:
         return HttpStatistics(
             in_flight=self._in_flight, requests=dict(self._requests),
-            durations={key: h.statistics() for key, h in self._durations.items()})
+            durations={key: h.statistics() for key, h in self._durations.items()},
+            tenant_requests=dict(self._tenant_requests),
+            tenant_tokens=dict(self._tenant_tokens))
 
 
 def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
@@ -227,6 +248,8 @@ def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
              path, str(record.status), f"{seconds:.3f}s"]
     if websocket:
         parts += ["websocket", f"responses={record.responses}", f"errors={record.errors}"]
+    if record.tenant is not None and record.tenant.name:
+        parts.append(f"tenant={record.tenant.name}")
     if record.response_id is not None:
         parts.append(f"response={record.response_id}")
     if record.usage is not None:

@@ -10,12 +10,12 @@ environment. Everything here is transport: auth, body limits, error rendering, t
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import sys
+from typing import Any, Mapping
 
-from quart import Response, request
+from quart import Response, g, request
 from quart import websocket as upgrade_request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -27,7 +27,7 @@ from . import conversations  # noqa: F401  (mounts /conversations on the bluepri
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import openapi  # noqa: F401  (mounts /openapi.json on the blueprint)
 from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
-from .access import AccessLog, record_route
+from .access import AccessLog, access_record, record_route
 from .body import MAX_BODY_BYTES, json_response
 from .guard import ConnectionGuard
 from .routes import api
@@ -78,21 +78,36 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
         record_route(upgrade_request.scope,
                      upgrade_request.url_rule.rule if upgrade_request.url_rule else None)
 
-    def check_key(given: str) -> None:
-        key = app.config["TRIODE_HANDLES"].api_key
-        if key is not None and not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+    async def authenticate_as(scope: Mapping[str, Any], authorization: str) -> None:
+        """The tenant whose key the request carries (tenants.TenantTable.find: constant
+        time, the key never logged), told to the access record, where `routes.handles`
+        finds it; a request over the tenant's requests per minute is a 429."""
+        handles: Handles = app.config["TRIODE_HANDLES"]
+        tenant = handles.tenants.table.find(authorization)
+        if tenant is None:
             raise Unauthorized("Incorrect API key provided.")
+        access_record(scope).tenant = tenant
+        if handles.limits is not None and tenant.limits.requests_per_minute is not None:
+            g.ratelimit_headers = await handles.limits.request(tenant)
 
     @app.before_request
     async def authenticate() -> None:
         if request.path not in OPEN_PATHS:
-            check_key(request.headers.get("Authorization", ""))
+            await authenticate_as(request.scope, request.headers.get("Authorization", ""))
 
     @app.before_websocket
     async def authenticate_websocket() -> None:
         """Quart runs no before_request for a WebSocket: the same check, answered with the
         401 before the upgrade is accepted."""
-        check_key(upgrade_request.headers.get("Authorization", ""))
+        await authenticate_as(upgrade_request.scope,
+                              upgrade_request.headers.get("Authorization", ""))
+
+    @app.after_request
+    async def ratelimit_headers(response: Response) -> Response:
+        """A tenant with a requests-per-minute limit sees where it stands on every answer,
+        as OpenAI's x-ratelimit-* headers say it."""
+        response.headers.update(g.get("ratelimit_headers", {}))
+        return response
 
     @app.errorhandler(APIError)
     async def api_error(exc: APIError) -> Response:

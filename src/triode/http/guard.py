@@ -19,10 +19,14 @@ Two faults, both at the seam between hypercorn 0.18 and quart-trio 0.12:
 
 2. An answer sent before the body has arrived (404/405 from routing, 401 from
    before_request, routes that never read a body, 413) leaves the cycle unfinished, so
-   even with (1) hypercorn must close the connection. Fix: before the response starts,
-   wait (bounded) until the body has been received, which quart-trio's handle_messages
-   keeps pulling while the view runs; the connection is then reused as usual. A body that
-   is too large (413) or does not arrive in DRAIN_SECS gets `Connection: close` instead.
+   even with (1) hypercorn must close the connection. Fix: the answer is sent at once
+   (its status, headers and body: a client waiting for it, as one that sends headers and
+   waits does, has it without delay), and only the cycle's end, the last empty body
+   `send`, waits (bounded, DRAIN_SECS) until the body has been received, which
+   quart-trio's handle_messages keeps pulling while the view runs; the connection is then
+   reused as usual. A body that does not arrive in DRAIN_SECS leaves h11 mid-request, and
+   hypercorn closes the connection at that end. A body that is too large (413) gets
+   `Connection: close` at once instead, and is never drained.
 """
 
 from __future__ import annotations
@@ -67,14 +71,19 @@ class ConnectionGuard:
             return message
 
         async def guarded_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and not received.is_set():
-                if drainable:
+            if message["type"] == "http.response.start" and not received.is_set() \
+                    and not drainable:
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                   (b"connection", b"close")]}
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                if drainable and not received.is_set():
+                    # The answer goes out now; the cycle ends once the body is in.
+                    if message.get("body"):
+                        await send({**message, "more_body": True})
                     with trio.move_on_after(self.drain_secs):
                         await received.wait()
-                if not received.is_set():
-                    message = {**message, "headers": [*message.get("headers", ()),
-                                                       (b"connection", b"close")]}
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    message = {"type": "http.response.body", "body": b"",
+                               "more_body": False}
                 with trio.CancelScope(shield=True):
                     await send(message)
             else:

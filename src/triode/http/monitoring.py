@@ -330,5 +330,17 @@ def http_metrics(access: AccessLog) -> list[Metric]:
         durations,
         gauge("triode_http_requests_in_flight", "requests (and WebSockets) being answered",
               st.in_flight),
+        labelled(CounterMetricFamily("triode_tenant_requests_total",
+                                     "requests a tenant of --api-keys-file made, by status "
+                                     "(its name, never its key)",
+                                     labels=["tenant", "status"]),
+                 (([tenant, status], n)
+                  for (tenant, status), n in sorted(st.tenant_requests.items()))),
+        labelled(CounterMetricFamily("triode_tenant_tokens_total",
+                                     "tokens the responses a tenant was answered with used, "
+                                     "by kind (input, cached, output)",
+                                     labels=["tenant", "kind"]),
+                 (([tenant, kind], n)
+                  for (tenant, kind), n in sorted(st.tenant_tokens.items()))),
     ]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypedDict, TypeVar
 
 import trio
-from quart import Blueprint, Response, current_app, make_response, request
+from quart import (Blueprint, Response, current_app, has_request_context, make_response,
+                   request, websocket)
 
 from ..service.jobs import LiveResponse
 from ..errors import InvalidRequest, NotFound
@@ -27,8 +28,12 @@ REPLAY_EVENTS_PER_WRITE = 64
 
 
 def handles() -> Handles:
+    """The handles of the request's tenant (the one its key named: `Handles.for_tenant`);
+    before authentication, or on the open routes, the whole server's."""
     handles: Handles = current_app.config["TRIODE_HANDLES"]
-    return handles
+    scope = request.scope if has_request_context() else websocket.scope
+    tenant = access_record(scope).tenant
+    return handles if tenant is None else handles.for_tenant(tenant)
 
 
 Told = TypeVar("Told", ResponseObject, CompactedHistory, dict[str, Any])

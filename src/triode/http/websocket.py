@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import trio
 from quart import websocket
 
+from ..actors.limits import TenantLimitsHandle
 from ..actors.supervisor import SupervisorHandle
 from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
 from ..responses.convert import structure
@@ -63,8 +64,9 @@ async def responses_socket() -> None:
     """One Responses WebSocket; authenticated before this runs (the app's
     `before_websocket`)."""
     await websocket.accept()
+    h = handles()
     async with trio.open_nursery() as nursery:
-        await Socket(handles().turns, nursery).serve()
+        await Socket(h.turns, nursery, h.limits).serve()
 
 
 for _path in ("/v1/responses", "/responses"):
@@ -77,8 +79,12 @@ class Socket:
     lane that runs them in order, and one lock so frames leave whole and in order (with
     permessage-deflate, the compressor's order is the wire's order)."""
 
-    def __init__(self, turns: Turns, nursery: trio.Nursery):
+    def __init__(self, turns: Turns, nursery: trio.Nursery,
+                 limits: TenantLimitsHandle | None = None):
+        """`limits`: each `response.create` counts as a request of the socket's tenant
+        (its requests_per_minute; the upgrade counted one already)."""
         self._turns = turns
+        self._limits = limits
         self._nursery = nursery
         self._lanes: dict[str | None, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._send_lock = trio.Lock()
@@ -169,6 +175,8 @@ class Socket:
         if _prewarm(body):
             generate = False   # the SDK: `prewarm: true` "overrides the `generate` field"
         req = structure({**body, "stream": True}, CreateResponse)
+        if self._limits is not None:
+            await self._limits.request(self._turns.tenant)
         if not generate:
             _, events = await self._turns.warm(req, self._local)
             await self._send_events(events, stream_id)

@@ -12,6 +12,7 @@ from ..errors import ContextLengthExceeded
 from ..model.loading import ModelInfo
 from ..model.parsers import make_parser
 from ..model.request import GenerationRequest, Rendered
+from ..tenants import DEFAULT_SCOPE, scoped
 from . import wire
 from .builder import ResponseBuilder
 from .output import OutputAssembler
@@ -43,9 +44,12 @@ class Prepared:
 
 
 def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: ModelInfo,
-             compaction: Compacted | None = None) -> Prepared:
+             compaction: Compacted | None = None, *, cache_scope: str = DEFAULT_SCOPE
+             ) -> Prepared:
     """The rendered prompt's generation limits, grammar and output assembly; a 400
-    `context_length_exceeded` when the prompt leaves no room for output."""
+    `context_length_exceeded` when the prompt leaves no room for output. `cache_scope`:
+    the tenant whose prompt-cache namespaces the request uses (its `prompt_cache_key`
+    within it), so one tenant's prefix is never another's hit."""
     prompt = rendered.tokens
     context = info.context_length
     room = context - len(prompt)
@@ -58,7 +62,8 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
         sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
-        cache_key=plan.echo.prompt_cache_key or "", images=rendered.images)
+        cache_key=scoped(cache_scope, plan.echo.prompt_cache_key or ""),
+        images=rendered.images)
     return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)
 
 

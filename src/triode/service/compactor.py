@@ -73,9 +73,10 @@ async def item_sizes(model: ModelHandle, items: list[Item]) -> list[int]:
 
 async def summarize(model: ModelHandle, instructions: str | None,
                     history: list[Item], max_tokens: int,
-                    template_kwargs: dict[str, Any]) -> tuple[str, Usage]:
+                    template_kwargs: dict[str, Any], cache_key: str = "") -> tuple[str, Usage]:
     """One greedy, non-streaming generation through the model actor; returns the summary
-    text (reasoning and markup stripped by the model's parser) and its usage."""
+    text (reasoning and markup stripped by the model's parser) and its usage.
+    `cache_key`: the prompt-cache namespace (the tenant's)."""
     info = model.info
     messages = [*chat_messages(instructions, history),
                 {"role": "user", "content": compaction.SUMMARY_REQUEST}]
@@ -91,7 +92,8 @@ async def summarize(model: ModelHandle, instructions: str | None,
     events: list[Any] = []
     generated = 0
     summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),
-                                        Sampling(temperature=0.0), images=rendered.images)
+                                        Sampling(temperature=0.0), cache_key=cache_key,
+                                        images=rendered.images)
     async with model.generate(summary_request) as adm:
         async for out in adm.outputs:
             generated += 1
@@ -106,7 +108,8 @@ async def summarize(model: ModelHandle, instructions: str | None,
 async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
                   keep_tokens: int | None = None,
                   max_output_tokens: int = compaction.SUMMARY_MAX_TOKENS,
-                  submits: bool = True, short_ok: bool = False) -> Compaction:
+                  submits: bool = True, short_ok: bool = False, cache_key: str = ""
+                  ) -> Compaction:
     """Compacts the transcript's history (rendered: `before` tokens); `keep_tokens`
     defaults to min(context/16, 8192). `submits`: the compacted prompt is generated from
     next (not for /compact). `short_ok`: a history too short to shrink (nothing to drop, or
@@ -127,7 +130,7 @@ async def compact(model: ModelHandle, transcript: Transcript, *, before: int,
             "compaction cannot shorten this context: every turn is kept (the last user "
             "message and the turns after it)", param="input")
     summary, usage = await summarize(model, instructions, [*system, *dropped],
-                                     max_output_tokens, template_kwargs)
+                                     max_output_tokens, template_kwargs, cache_key)
     compacted = [*system, compaction.summary_message(summary), *kept]
     messages = chat_messages(instructions, compacted)
     rendered = await model.render(messages, template_tools, template_kwargs, submits=submits)

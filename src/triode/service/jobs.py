@@ -29,6 +29,7 @@ from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
 from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
                                 plain, response_of, usage)
 from ..responses.translate import Plan
+from ..tenants import DEFAULT_SCOPE, scoped, unscoped
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,21 @@ class LiveResponse(Protocol):
 
 class Jobs:
     def __init__(self, *, registry: RegistryHandle, responses: ResponseStoreHandle,
-                 board: JobBoardHandle | None = None, background_off: str | None = None):
+                 board: JobBoardHandle | None = None, background_off: str | None = None,
+                 scope: str = DEFAULT_SCOPE):
         """`board`: the job board of a shared store (background jobs across processes).
-        `background_off`: why background mode is off (one of its budgets is 0), if so."""
+        `background_off`: why background mode is off (one of its budgets is 0), if so.
+        `scope`: the tenant whose responses these are (`responses` is its handle); the
+        registry and the board know them by `key` (tenants.scoped)."""
         self._registry = registry
         self._responses = responses
         self._board = board
         self.background_off = background_off
+        self.scope = scope
+
+    def key(self, response_id: str) -> str:
+        """The name the registry and the job board know this tenant's response by."""
+        return scoped(self.scope, response_id)
 
     async def start(self, response_id: str, plan: Plan, make: Callable[[], Supervisor]
                     ) -> SupervisorHandle:
@@ -86,7 +95,7 @@ class Jobs:
         # Claimed before it is stored: a stored unfinished job always has an owner on the
         # board, so a restart (or another process, once the lease runs out) can fail it.
         if self._board is not None:
-            await self._board.claim(response_id)
+            await self._board.claim(self.key(response_id))
         stored = False
         try:
             if not await self._responses.put(response_id, history.record(queued, plan.items),
@@ -101,7 +110,7 @@ class Jobs:
                     if stored:
                         await self._responses.delete(response_id)
                     if self._board is not None:
-                        await self._board.release(response_id)
+                        await self._board.release(self.key(response_id))
             raise
         if self._board is not None:   # other processes on the store can follow and cancel it
             await self._board.mirror(handle)
@@ -110,7 +119,7 @@ class Jobs:
     async def find_live(self, response_id: str) -> LiveResponse | None:
         """The response, if it has not finished: running here, or a background job another
         process on the shared store runs."""
-        here = await self._registry.lookup(response_id)
+        here = await self._registry.lookup(self.key(response_id))
         if here is not None and not here.done:
             return here
         return await self._remote(response_id)
@@ -139,14 +148,14 @@ class Jobs:
         nothing is stored to answer with instead (neither `store` nor background), else
         None. A job another process runs is cancelled by its owner (asked through the job
         board); this waits up to CANCEL_TIMEOUT for it to end there."""
-        here = await self._registry.cancel(response_id)
+        here = await self._registry.cancel(self.key(response_id))
         if here is not None:
             obj = await here.wait()
             return None if obj.store or here.background else obj
         remote = await self._remote(response_id)
         if remote is not None:
             assert self._board is not None
-            await self._board.request_cancel(response_id)
+            await self._board.request_cancel(self.key(response_id))
             with trio.move_on_after(CANCEL_TIMEOUT):
                 await remote.wait()
         return None
@@ -156,7 +165,7 @@ class Jobs:
         response."""
         if not handle.done:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                await self._registry.cancel(handle.response_id)
+                await self._registry.cancel(self.key(handle.response_id))
 
     async def _remote(self, response_id: str) -> RemoteJob | None:
         """A background job another process on the shared store is running, if it is one."""
@@ -166,11 +175,12 @@ class Jobs:
         if record is None or record["response"].get("status") in TERMINAL_STATUSES \
                 or not record["response"].get("background"):
             return None
-        owner = await self._board.owner(response_id)
+        key = self.key(response_id)
+        owner = await self._board.owner(key)
         if owner is None or owner == self._board.worker_id:
             return None
-        return RemoteJob(self._board, record, await self._board.events(response_id),
-                         functools.partial(self._responses.get, response_id))
+        return RemoteJob(self._board, record, await self._board.events(key),
+                         functools.partial(self._responses.get, response_id), key)
 
     # ---- orphans -----------------------------------------------------------------------
 
@@ -196,21 +206,24 @@ class Jobs:
             with contextlib.suppress(StoreUnavailable):
                 await self._fail_orphan(response_id, ORPHANED)
 
-    async def _fail_orphan(self, response_id: str, reason: str) -> None:
-        record = await self._responses.get(response_id)
+    async def _fail_orphan(self, key: str, reason: str) -> None:
+        """`key`: the job's name on the board (its tenant's, tenants.scoped)."""
+        scope, response_id = unscoped(key)
+        responses = attrs.evolve(self._responses, scope=scope)
+        record = await responses.get(response_id)
         if record is None or record["response"].get("status") in TERMINAL_STATUSES:
             return
         failed = attrs.evolve(response_of(record["response"]), status=Status.FAILED, output=[],
                               error=ResponseError("server_error", reason))
         assert self._board is not None
-        events = [e for _, e in await self._board.events(response_id)]
+        events = [e for _, e in await self._board.events(key)]
         closing = ResponseEvent(
             type="response.failed", response=failed,
             sequence_number=events[-1]["sequence_number"] + 1 if events else 0)
-        await self._responses.put(response_id, {**record, "response": plain(failed)},
-                                  [*events, closing], ephemeral=failed.store is False)
-        await self._board.add_event(response_id, closing)
-        log.warning("background response %s failed: %s", response_id, reason)
+        await responses.put(response_id, {**record, "response": plain(failed)},
+                            [*events, closing], ephemeral=failed.store is False)
+        await self._board.add_event(key, closing)
+        log.warning("background response %s failed: %s", key, reason)
 
 
 class RemoteJob:
@@ -222,8 +235,10 @@ class RemoteJob:
     background = True
 
     def __init__(self, board: JobBoardHandle, record: dict[str, Any],
-                 events: list[tuple[str, dict[str, Any]]], reread: Any) -> None:
+                 events: list[tuple[str, dict[str, Any]]], reread: Any,
+                 key: str | None = None) -> None:
         self.response_id: str = record["response"]["id"]
+        self.key = key or self.response_id     # its name on the board
         self._board = board
         self._record = record
         self._events = [e for _, e in events]
@@ -243,7 +258,7 @@ class RemoteJob:
                             output=[], usage=usage())
 
     async def _poll(self) -> None:
-        more = await self._board.events(self.response_id, self._last)
+        more = await self._board.events(self.key, self._last)
         if more:
             self._last = more[-1][0]
             self._events += [e for _, e in more]
@@ -251,7 +266,7 @@ class RemoteJob:
             if event["type"] in TERMINAL_EVENTS:
                 self._final = event["response"]
                 return
-        if await self._board.owner(self.response_id) is None:
+        if await self._board.owner(self.key) is None:
             record = await self._reread()
             if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
                 self._final = record["response"]

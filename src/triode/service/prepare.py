@@ -31,6 +31,7 @@ from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
+from ..tenants import scoped
 from ..responses.wire import (CompactionTrigger, CompactRequest, CreateResponse, InputItem,
                               ItemReference, Message)
 from . import compactor
@@ -79,6 +80,8 @@ class Preparer:
         self._model_names = model_names
         self._hosted_tools = hosted_tools
         self._media = Media(media, vision=model.info.vision)
+        # The tenant's own prompt-cache namespace, for the summaries compaction generates.
+        self._cache_key = scoped(jobs.scope, "")
 
     def check_model(self, name: str) -> None:
         translate.check_model(name, self._model_names)
@@ -145,7 +148,8 @@ class Preparer:
             compact = functools.partial(self._compacted_only, plan, rendered)
             return compact if background else await compact()
         if not self._needs_compaction(plan, rendered):
-            return finalize(req, plan, rendered, self._model.info)
+            return finalize(req, plan, rendered, self._model.info,
+                            cache_scope=self._jobs.scope)
         if background:
             return functools.partial(self._compacted, req, plan, rendered)
         return await self._compacted(req, plan, rendered)
@@ -178,7 +182,8 @@ class Preparer:
                 f"window ({context}); compact it in parts", param="input")
         result = await compactor.compact(self._model, transcript, before=len(rendered.tokens),
                                          keep_tokens=keep_tokens, max_output_tokens=max_tokens,
-                                         submits=False, short_ok=True)
+                                         submits=False, short_ok=True,
+                                         cache_key=self._cache_key)
         return CompactedHistory(id=new_id("resp"), created_at=int(time.time()),
                                 model=req.model, usage=result.usage,
                                 output=[*result.system, *result.kept, result.item])
@@ -320,10 +325,12 @@ class Preparer:
         """Compacts the plan's history before generation; the output will open with the
         compaction item, and the kept turn is the compacted one."""
         result = await compactor.compact(self._model, Transcript.of(plan),
-                                         before=len(rendered.tokens))
+                                         before=len(rendered.tokens),
+                                         cache_key=self._cache_key)
         compacted = attrs.evolve(plan, messages=result.messages)
         done = Compacted(result.item, result.before, result.after, result.usage)
-        return finalize(req, compacted, result.rendered, self._model.info, done)
+        return finalize(req, compacted, result.rendered, self._model.info, done,
+                        cache_scope=self._jobs.scope)
 
     async def _compacted_only(self, plan: Plan, rendered: Rendered) -> Prepared:
         """A trailing `compaction_trigger`: the history before it becomes one compaction
@@ -331,6 +338,6 @@ class Preparer:
         short to shrink is kept whole in the item, as /compact does."""
         result = await compactor.compact(self._model, Transcript.of(plan),
                                          before=len(rendered.tokens), submits=False,
-                                         short_ok=True)
+                                         short_ok=True, cache_key=self._cache_key)
         done = Compacted(result.item, result.before, result.after, result.usage)
         return Prepared(plan, None, None, done)

@@ -15,6 +15,7 @@ background job through `Jobs`) whose keeper is the `ResponseKeeper`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,15 @@ from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
 from .media import MediaLimits
 from .prepare import Preparer
 from .prompts import PromptTemplates
+from ..actors.limits import TenantLimitsHandle, Ticket
+from ..errors import StoreUnavailable
+from ..tenants import DEFAULT_TENANT, Tenant
 
 __all__ = ["LocalResponses", "Started", "Turns"]
 
 log = logging.getLogger(__name__)
+
+LIMITS_TIMEOUT = 5.0   # returning a ticket to a shared store that hangs gives up after this
 
 
 @attrs.frozen
@@ -60,23 +66,71 @@ class Turns:
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
                  hosted_tools: str = "ignore", background_off: str | None = None,
                  board: JobBoardHandle | None = None, prompts_dir: Path | None = None,
+                 limits: TenantLimitsHandle | None = None, tenant: Tenant = DEFAULT_TENANT,
                  media: MediaLimits = MediaLimits()):
         """`background_off`: why background mode is off (one of its budgets is 0), if so.
         `board`: the job board of a shared store (background jobs across processes).
-        `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any. `media`: the
-        limits on images and files (`--media-*`)."""
+        `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any.
+        `limits`: the tenants' limits (None: unlimited). `tenant`: whose responses,
+        conversations and reasoning these are, and whose limits apply; see `for_tenant`.
+        `media`: the limits on images and files (`--media-*`)."""
+        self._args = dict(model=model, registry=registry, responses=responses,
+                          conversations=conversations, echo=echo, model_names=model_names,
+                          hosted_tools=hosted_tools, background_off=background_off,
+                          board=board, prompts_dir=prompts_dir, limits=limits, media=media)
+        scope = tenant.scope
+        self._tenants: dict[str, Turns] = {scope: self}
+        self.tenant = tenant
+        self._limits = limits
+        responses = attrs.evolve(responses, scope=scope)
+        conversations = attrs.evolve(conversations, scope=scope)
+        echo = attrs.evolve(echo, scope=scope)
         self._model = model
         self._prompts = PromptTemplates(prompts_dir)
         self._registry = registry
         self.model_names = model_names
         self._jobs = Jobs(registry=registry, responses=responses, board=board,
-                          background_off=background_off)
+                          background_off=background_off, scope=scope)
         self._keeper = ResponseKeeper(responses=responses, conversations=conversations,
                                       echo=echo)
         self._preparer = Preparer(model=model, responses=responses,
                                   conversations=conversations, echo=echo, jobs=self._jobs,
                                   model_names=model_names, hosted_tools=hosted_tools,
                                   media=media)
+
+    def for_tenant(self, tenant: Tenant) -> Turns:
+        """The turn service of one tenant: the same actors, seen through handles scoped to
+        it (tenants.scoped), so its ids, items, conversations, jobs, reasoning and
+        prompt-cache namespaces are its own and every other tenant's are not found. The one
+        place a tenant's isolation is made; built once per tenant, its limits those of the
+        table in force (a reloaded file's)."""
+        found = self._tenants.get(tenant.scope)
+        if found is None:
+            found = Turns(**self._args, tenant=tenant)  # type: ignore[arg-type]
+            found._tenants = self._tenants
+            self._tenants[tenant.scope] = found
+        found.tenant = tenant
+        return found
+
+    def _limited(self) -> bool:
+        limits = self.tenant.limits
+        return self._limits is not None and (limits.concurrent_requests is not None or
+                                             limits.output_tokens_per_minute is not None)
+
+    async def _begin(self) -> Ticket | None:
+        """The tenant's concurrency ticket and token budget for one response (429 when
+        either is used up); None when it has neither limit."""
+        if not self._limited():
+            return None
+        assert self._limits is not None
+        return await self._limits.begin(self.tenant)
+
+    async def _end(self, ticket: Ticket | None, output_tokens: int) -> None:
+        if ticket is not None:
+            assert self._limits is not None
+            with trio.move_on_after(LIMITS_TIMEOUT, shield=True):
+                with contextlib.suppress(StoreUnavailable):
+                    await self._limits.end(ticket, output_tokens)
 
     async def create(self, req: CreateResponse, local: LocalResponses | None = None
                      ) -> Started:
@@ -97,15 +151,23 @@ class Turns:
         response_id = new_id("resp")
         ready = await self._preparer.ready(req, plan, rendered, background=background)
         keeper: Keeper = self._keeper if local is None else LocalKeeper(self._keeper, local)
+        ticket = await self._begin()
+        if ticket is not None:
+            keeper = LimitedKeeper(keeper, self, ticket)
 
         def make() -> Supervisor:
             return Supervisor(response_id=response_id, plan=plan, ready=ready,
-                              model=self._model, background=background, keeper=keeper)
+                              model=self._model, background=background, keeper=keeper,
+                              key=self._jobs.key(response_id))
 
-        if background:
-            handle = await self._jobs.start(response_id, plan, make)
-        else:
-            handle = await self._registry.start(make)
+        try:
+            if background:
+                handle = await self._jobs.start(response_id, plan, make)
+            else:
+                handle = await self._registry.start(make)
+        except BaseException:      # refused before it started: its keeper never runs
+            await self._end(ticket, 0)
+            raise
         return Started(handle, plan.stream, background, plan.dropped_tools)
 
     async def warm(self, req: CreateResponse, local: LocalResponses
@@ -135,8 +197,16 @@ class Turns:
         return await self._prompts.apply(req)
 
     async def compact(self, req: CompactRequest) -> CompactedHistory:
-        """Summarizes a history into kept items plus one compaction item; stores nothing."""
-        return await self._preparer.compact(req)
+        """Summarizes a history into kept items plus one compaction item; stores nothing.
+        It generates, so it counts against the tenant's limits as a response does."""
+        ticket = await self._begin()
+        output_tokens = 0
+        try:
+            compacted = await self._preparer.compact(req)
+            output_tokens = compacted.usage.output_tokens
+            return compacted
+        finally:
+            await self._end(ticket, output_tokens)
 
     async def keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
                    ) -> None:
@@ -184,3 +254,21 @@ class Turns:
         """A client that went away (disconnect, cancelled request) cancels its live
         response."""
         await self._jobs.abandon(handle)
+
+
+@attrs.frozen
+class LimitedKeeper:
+    """The keeper of a response of a tenant with limits: the keeper's `keep`, then (however
+    that ended) its concurrency ticket returned and its output tokens charged."""
+
+    keeper: Keeper
+    turns: Turns
+    ticket: Ticket
+
+    async def keep(self, plan: Plan, obj: ResponseObject, events: list[StreamEvent]
+                   ) -> None:
+        try:
+            await self.keeper.keep(plan, obj, events)
+        finally:
+            await self.turns._end(self.ticket,
+                                  obj.usage.output_tokens if obj.usage is not None else 0)
