@@ -200,3 +200,43 @@ async def test_a_cancelled_request_stops_its_pdf_between_pages(monkeypatch):
     assert read < 1000
     await trio.sleep(0.05)
     assert len(pages_read) == read    # the worker stopped; it is not still reading
+
+
+def test_https_fetches_verify_the_host_s_certificate(tmp_path, monkeypatch):
+    """An https URL is fetched over TLS to the resolved address with the host's name
+    verified: a certificate the machine does not trust is refused, with the reason; once
+    trusted (SSL_CERT_FILE), the same fetch succeeds."""
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+
+    class One(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), One)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    host.socket = context.wrap_socket(host.socket, server_side=True)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{host.server_address[1]}/a.txt"
+        with pytest.raises(MediaError, match="CERTIFICATE_VERIFY_FAILED|certificate verify"):
+            fetch(url, MediaLimits(FetchRule.parse("127.0.0.1")), check=lambda: None)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert fetch(url, MediaLimits(FetchRule.parse("127.0.0.1")),
+                     check=lambda: None).data == b"ok"
+    finally:
+        host.shutdown()
+        host.server_close()
