@@ -16,6 +16,9 @@ is a distinct 640 x 480 PNG of random pixels. The steps are triode's own, in pro
 - prefill: the language model's forward pass over the whole prompt, the image's rows
   included, against a text prompt of the same length (the same work per token);
 
+- decode: a text request's decode step on the vision model (8 sequences, one token each),
+  through the embedding with image rows and through the plain embedding class, alternated;
+
 and the memory: the image's rows (tokens x hidden x bytes), its KV cache (tokens x layers x
 2 x KV heads x head dim x bytes) and the vision pass's peak above what was allocated before.
 Median of `--images` images after one warm-up. BLAS as `triode serve` sets it up (MKL
@@ -100,12 +103,27 @@ def measure(name: str, images: int) -> dict[str, float]:
         for key, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
             times[key].append(seconds)
         peaks.append(peak)
+    # A text request's decode step on a vision model: 8 sequences, one token each, through
+    # the embedding with image rows against the plain embedding class (same weights).
+    embedding = lm.model.embed_tokens
+    wrapped, plain_class = type(embedding), type(embedding).__mro__[2]
+    step = mx.array([[t] for t in base_tokens[:8]])
+    decode: dict[type, list[float]] = {wrapped: [], plain_class: []}
+    for _ in range(21):
+        for cls in (wrapped, plain_class):
+            embedding.__class__ = cls
+            t0 = time.perf_counter()
+            mx.eval(lm(step))
+            decode[cls].append(time.perf_counter() - t0)
+    embedding.__class__ = wrapped
     rows = vision.rows.table
     row_bytes = tokens_per_image * rows.shape[-1] * rows.dtype.size
     out = {k: statistics.median(v) * 1000 for k, v in times.items()}
     out.update(tokens=tokens_per_image, rows_bytes=row_bytes,
                kv_bytes=tokens_per_image * kv_per_token, peak=statistics.median(peaks),
-               prompt=len(placed), ring_bytes=rows.nbytes)
+               prompt=len(placed), ring_bytes=rows.nbytes,
+               step=statistics.median(decode[wrapped][1:]) * 1000,
+               plain_step=statistics.median(decode[plain_class][1:]) * 1000)
     return out
 
 
@@ -119,15 +137,17 @@ def main() -> None:
     print(f"BLAS: {blas.preload_blas('auto')} (before MLX loads, as `triode serve` does)")
     print()
     print("| shape | image tokens | check ms | process ms | vision ms | prefill ms (prompt) "
-          "| same-length text prefill ms | rows KiB | KV KiB | vision peak MiB | ring MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| same-length text prefill ms | rows KiB | KV KiB | vision peak MiB | ring MiB "
+          "| text decode step ms, with image rows / plain |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         m = measure(name, args.images)
         print(f"| {name} | {m['tokens']:.0f} | {m['check']:.1f} | {m['process']:.1f} | "
               f"{m['vision']:.1f} | {m['prefill']:.1f} ({m['prompt']:.0f} tokens) | "
               f"{m['text_prefill']:.1f} | {m['rows_bytes'] / 1024:.1f} | "
               f"{m['kv_bytes'] / 1024:.1f} | {m['peak'] / 2**20:.1f} | "
-              f"{m['ring_bytes'] / 2**20:.1f} |", flush=True)
+              f"{m['ring_bytes'] / 2**20:.1f} | {m['step']:.2f} / {m['plain_step']:.2f} "
+              f"({m['step'] / m['plain_step']:.2f}x) |", flush=True)
 
 
 if __name__ == "__main__":
