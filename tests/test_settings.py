@@ -116,3 +116,16 @@ def test_attention_window_with_kv_bits_is_refused():
                        "combined"):
         resolve({"attention_window": 512, "kv_bits": 8}, {})
     assert resolve({"attention_window": 512, "kv_bits": 0}, {}).attention_window == 512
+
+
+def test_prompt_cache_dir_needs_the_prompt_cache():
+    """The disk tier keeps what the memory tier evicts: with no memory tier, it is refused."""
+    with pytest.raises(SettingsError, match="--prompt-cache-dir needs the prompt cache"):
+        resolve({"prompt_cache_dir": "/tmp/kv", "prompt_cache_bytes": 0}, {})
+    settings = resolve({"prompt_cache_dir": "/tmp/kv", "prompt_cache_bytes": 1}, {})
+    assert settings.prompt_cache_disk_bytes == 8 * 1024 ** 3
+
+
+def test_prompt_cache_disk_bytes_below_zero_is_refused():
+    with pytest.raises(SettingsError, match="--prompt-cache-disk-bytes must be 0 or more"):
+        resolve({"prompt_cache_disk_bytes": -1}, {})

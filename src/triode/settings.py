@@ -133,6 +133,15 @@ class Settings:
     prompt_cache_bytes: int = flag(
         2147483648, "byte budget of the KV caches kept for reuse by prompts that start the "
         "same way (LRU); 0 turns the prompt cache and the reasoning echo off")
+    prompt_cache_dir: str | None = flag(
+        None, "directory where the prompt cache keeps KV caches on disk: entries evicted "
+        "from memory, and all of them at shutdown, are written there and loaded back by "
+        "prompts they serve, across restarts; only into the model configuration (weights, "
+        "quantization, --kv-bits, --attention-window) that wrote them. Created if missing; "
+        "an unwritable one fails startup. Unset: the cache lives in memory only")
+    prompt_cache_disk_bytes: int = flag(
+        8589934592, "byte budget of --prompt-cache-dir (LRU by last use; an entry larger "
+        "than the budget is not written; 0 keeps nothing on disk)")
     prefill_chunk: int = flag(
         0, "prompt tokens prefilled per engine step while other sequences decode: 0 = auto "
         "(sized from measured step times so a long prompt slows running streams by at most "
@@ -228,6 +237,9 @@ class Settings:
         if self.attention_window and self.kv_bits:
             problems.append("--attention-window and --kv-bits cannot be combined (the "
                             "quantized KV cache does not rotate)")
+        if self.prompt_cache_dir is not None and not self.prompt_cache_bytes:
+            problems.append("--prompt-cache-dir needs the prompt cache (--prompt-cache-bytes "
+                            "is 0)")
         if self.prompts_dir is not None and not os.path.isdir(self.prompts_dir):
             problems.append(f"--prompts-dir must be a directory (got {self.prompts_dir!r})")
         if self.media_max_bytes < 1:

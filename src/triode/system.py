@@ -35,6 +35,7 @@ from .actors import limits as tenant_limits
 from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
 from .actors.limits import TenantLimits, TenantLimitsHandle
 from .actors.model import ModelActor, ModelHandle
+from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
 from .actors.sqlite import SqliteBoard, SqliteOpenError
 from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
@@ -42,6 +43,7 @@ from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, 
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
+from .model.disk_cache import check_directory
 from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
@@ -73,6 +75,8 @@ class Handles:
     tenants: Tenants = attrs.Factory(lambda: Tenants(single(None)))
     limits: TenantLimitsHandle | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
+    monitor: MonitorHandle | None = None   # the live page's history of generation's figures
+    board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
 
     def for_tenant(self, tenant: Tenant) -> Handles:
         """What one tenant's requests see: the turn and conversation services scoped to it
@@ -208,6 +212,12 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
     Logs the load before it starts and every LOAD_PROGRESS_SECS while it lasts; a load that
     fails is a SettingsError naming `--model` (the traceback is logged at debug level)."""
     path = model_path(settings)
+    if settings.prompt_cache_dir is not None:
+        try:
+            check_directory(settings.prompt_cache_dir)
+        except OSError as exc:
+            raise SettingsError(f"--prompt-cache-dir: {settings.prompt_cache_dir}: cannot "
+                                f"write there ({exc.strerror or exc})") from None
     log.info("loading model %s", path)
     began = trio.current_time()
 
@@ -227,6 +237,8 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
             prompt_cache_bytes=settings.prompt_cache_bytes,
             prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
             attention_window=settings.attention_window,
+            prompt_cache_dir=settings.prompt_cache_dir,
+            prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
             speculative=settings.speculative, load_options=load_options(settings)).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)
@@ -337,7 +349,9 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
                                     max_bytes=settings.media_max_bytes,
                                     max_pixels=settings.media_max_pixels))
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
+    monitor: MonitorHandle = await nursery.start(Monitor(model).run)
     task_status.started(Handles(
         turns=turns, model=model, registry=registry, responses=responses,
         conversations=conversations, echo=echo, model_names=names, blas=blas,
-        conversations_api=Conversations(conversations), tenants=tenants, limits=limits))
+        conversations_api=Conversations(conversations), tenants=tenants, limits=limits,
+        monitor=monitor, board=board))

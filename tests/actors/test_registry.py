@@ -8,7 +8,7 @@ import trio
 from triode.responses.objects import plain
 
 from triode.actors.model import ModelActor
-from triode.actors.registry import Registry
+from triode.actors.registry import RECENT, Registry
 from triode.actors.supervisor import Supervisor
 from triode.errors import Overloaded
 from triode.model.parsers import make_parser
@@ -71,4 +71,37 @@ async def test_cancel_after_completion_changes_nothing():
         handle.cancel()
         assert obj["status"] == "incomplete" and plain(await handle.wait())["status"] == "incomplete"
         assert await registry.cancel("resp_x") is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_overview_lists_live_responses_and_the_recent_ends():
+    """A running response is in the overview's live list with its status timeline and its
+    tokens so far; once ended it leaves it for the recent list (newest first), with its
+    usage, and the recent list keeps only the last RECENT."""
+    async with trio.open_nursery() as nursery:
+        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=8,
+                                               engine_factory=FakeEngine).run)
+        registry = await nursery.start(Registry().run)
+        busy = await registry.start(lambda: supervisor(model, "resp_busy", 10**9))
+        while busy.summary().output_tokens < 3:
+            await trio.sleep(0.01)
+        (live,) = (await registry.overview()).live
+        assert live.response_id == "resp_busy" and live.status == "in_progress"
+        assert [status for status, _ in live.timeline] == ["queued", "in_progress"]
+        assert live.output_tokens >= 3 and live.usage is None and not live.done
+        assert live.ttft is not None and live.ttft >= 0
+        await registry.cancel("resp_busy")
+        await busy.wait()
+        for i in range(RECENT):
+            await (await registry.start(lambda: supervisor(model, f"resp_{i}", 2))).wait()
+        await trio.sleep(0.01)   # the registry records an end as the supervisor's task ends
+        overview = await registry.overview()
+        assert overview.live == ()
+        assert [s.response_id for s in overview.recent] == \
+            [f"resp_{i}" for i in reversed(range(RECENT))]
+        newest = overview.recent[0]
+        assert newest.status == "incomplete" and newest.done
+        assert newest.usage == (2, 0, 2) and newest.output_tokens == 2
+        assert [status for status, _ in newest.timeline] == \
+            ["queued", "in_progress", "incomplete"]
         nursery.cancel_scope.cancel()

@@ -262,6 +262,18 @@ def test_sampling_extras(client, server):
         assert r.status_code == 400 and error_of(r)["param"].startswith(field), (field, r.text)
 
 
+def test_top_k_past_the_vocabulary_keeps_every_token(client, server):
+    """top_k's bound is the request's (100,000), not the model's vocabulary (1,035 here): a
+    top_k at or past it filters nothing, seeded or not, and the engine lives on."""
+    before = server.http.get("/health").json()["engine_restarts"]
+    for extra in ({"top_k": 100_000}, {"top_k": 1_035, "seed": 3}, {"top_k": 100_000, "seed": 3}):
+        resp = client.responses.create(model=MODEL, input="Reply with: a b", temperature=1.0,
+                                       max_output_tokens=8, extra_body=extra)
+        assert resp.status in ("completed", "incomplete"), (extra, resp.error)
+    health = server.http.get("/health").json()
+    assert health["engine_alive"] and health["engine_restarts"] == before
+
+
 REPETITIVE = "Reply with: a a a a a a a a"   # greedy, the bundled model repeats "a" on
 
 

@@ -76,7 +76,10 @@ def test_zero_budget_turns_the_cache_and_the_reasoning_echo_off(uncached):
         assert cached(r) == 0
     health = uncached.health()
     assert health["prompt_cache"] == {"max_bytes": 0, "entries": 0, "bytes": 0, "hits": 0,
-                                      "cached_tokens": 0}
+                                      "cached_tokens": 0, "disk_max_bytes": 0,
+                                      "disk_entries": 0, "disk_bytes": 0, "disk_hits": 0,
+                                      "disk_writes": 0, "disk_write_errors": 0,
+                                      "disk_skipped": 0}
     assert health["stores"]["reasoning_echo"]["max_bytes"] == 0
 
 

@@ -207,7 +207,7 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
         if state["open"]:
             return []
         if turn >= 0:
-            entries.append(cache_size[0] if cache_size else 0)
+            entries.append(cache_size.entries if cache_size else 0)
         if turn + 1 == len(turns):
             raise Done
         state["turn"] = turn = turn + 1

@@ -72,7 +72,7 @@ def test_rows_overwritten_in_the_ring_are_computed_again():
 
     from triode.model.request import ImageSpan
 
-    rows = ImageRows(first=1000, capacity=16)
+    rows = ImageRows(first=1000, capacity=16, start=0)
     a = ImageSpan(start=0, length=5, digest="a", pixels=np.zeros(1))
     b = ImageSpan(start=0, length=3, digest="b", pixels=np.zeros(1))
     base_a = rows.place(a, mx.ones((5, 4)))

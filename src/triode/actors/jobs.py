@@ -296,6 +296,12 @@ class JobBoardHandle:
         self._running.discard(response_id)
         return await self._call(self._board.release, response_id)
 
+    async def jobs(self) -> list[tuple[str, str | None]]:
+        """Every job of the deployment (every process on this store) with its owner's worker
+        id (None: released meanwhile), for the live page."""
+        return [(response_id, await self.owner(response_id))
+                for response_id in await self._call(self._board.jobs)]
+
     async def orphaned(self) -> list[str]:
         """Releases every job whose owner is gone (its lease ran out, or its process exited
         on this machine) and returns them: each is reported to one caller only."""

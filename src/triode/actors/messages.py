@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ..model.engine import Command, StepOutput
+from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest
 from .mailbox import ReplyChannel as Reply
 
@@ -48,7 +49,7 @@ class Step:
 
     outputs: list[StepOutput]
     idle: bool
-    prompt_cache: tuple[int, int] | None = None   # the engine's (entries, bytes); None: off
+    prompt_cache: CacheFigures | None = None   # the engine's prompt cache; None: off
 
 
 @attrs.frozen
@@ -117,6 +118,14 @@ class PromptCacheStatistics:
     bytes: int
     hits: int             # requests whose prefill started from a cached prefix
     cached_tokens: int    # prompt tokens those requests did not prefill
+    # The disk tier (--prompt-cache-dir; all 0 without it), as the engine last reported:
+    disk_max_bytes: int = 0      # --prompt-cache-disk-bytes
+    disk_entries: int = 0
+    disk_bytes: int = 0
+    disk_hits: int = 0           # prompts prefilled from an entry loaded back from disk
+    disk_writes: int = 0         # entries written
+    disk_write_errors: int = 0   # writes that failed (disk full, unwritable) or were dropped
+    disk_skipped: int = 0        # files skipped: truncated, corrupt, another configuration's
 
 
 ModelMessage = Submit | Release | Rendering | ModelStatisticsRequest

@@ -33,6 +33,7 @@ from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model import harmony
 from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import LoadOptions, ModelInfo
+from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
 from ..model.templates import render_fitted
 from ..model.vision import prompter_of
@@ -215,6 +216,7 @@ class ModelActor:
                  context_length: int | None = None, blas_threads: int = 0,
                  prompt_cache_bytes: int = 0, prefill_chunk: int = 0, kv_bits: int = 0,
                  speculative: str = "off", attention_window: int = 0,
+                 prompt_cache_dir: str | None = None, prompt_cache_disk_bytes: int = 0,
                  load_options: LoadOptions = LoadOptions(),
                  engine_factory: Callable[..., EngineRunner] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
@@ -222,7 +224,8 @@ class ModelActor:
             engine_factory, model, parallel=parallel, context_length=context_length,
             blas_threads=blas_threads, prompt_cache_bytes=prompt_cache_bytes,
             prefill_chunk=prefill_chunk, kv_bits=kv_bits, speculative=speculative,
-            attention_window=attention_window, load_options=load_options)
+            attention_window=attention_window, prompt_cache_dir=prompt_cache_dir,
+            prompt_cache_disk_bytes=prompt_cache_disk_bytes, load_options=load_options)
         self._prompt_cache_max = prompt_cache_bytes
         self._parallel = parallel
         self._max_queue = max_queue
@@ -248,8 +251,7 @@ class ModelActor:
         self._tokens = 0
         self._admitted = 0
         self._rejected = 0
-        self._prompt_cache_entries = 0
-        self._prompt_cache_bytes = 0
+        self._prompt_cache: CacheFigures | None = None   # as the engine last reported
         self._prompt_cache_hits = 0
         self._prompt_cache_tokens = 0
         self._started = 0
@@ -304,7 +306,7 @@ class ModelActor:
                 trio.from_thread.run_sync(task_status.started, (info, tokenizer))
 
         def exchange(outputs: list[StepOutput], idle: bool,
-                     prompt_cache: tuple[int, int] | None = None) -> list[Command]:
+                     prompt_cache: CacheFigures | None = None) -> list[Command]:
             # Never waits for trio while sequences run: the outputs are posted (processed in
             # the trio thread, in order, while MLX computes the next step) and the commands
             # that arrived meanwhile are taken as they are. A command caused by these outputs
@@ -442,7 +444,7 @@ class ModelActor:
             return  # the engine died after posting these; its requests have been ended
         self._steps += bool(msg.outputs)
         if msg.prompt_cache is not None:
-            self._prompt_cache_entries, self._prompt_cache_bytes = msg.prompt_cache
+            self._prompt_cache = msg.prompt_cache
         now = trio.current_time()
         for out in msg.outputs:
             req = self._active.get(out.uid)
@@ -526,7 +528,8 @@ class ModelActor:
         """Ends every held request's output without a finish reason: their responses fail."""
         self._engine_alive = False
         self._engine_error = f"{type(error).__name__}: {error}"
-        self._prompt_cache_entries = self._prompt_cache_bytes = 0   # it died with the engine
+        if self._prompt_cache is not None:   # memory died with the engine; the disk stays
+            self._prompt_cache = CacheFigures(0, 0, self._prompt_cache.disk)
         for req in [*self._active.values(), *self._waiting]:
             req.outputs.close()
             self._outcomes["engine_failed"] += 1
@@ -536,6 +539,17 @@ class ModelActor:
         with self._handoff:
             self._handed.clear()
 
+    def _prompt_cache_statistics(self) -> PromptCacheStatistics:
+        figures = self._prompt_cache or CacheFigures(0, 0)
+        disk = figures.disk
+        return PromptCacheStatistics(
+            max_bytes=self._prompt_cache_max, entries=figures.entries, bytes=figures.nbytes,
+            hits=self._prompt_cache_hits, cached_tokens=self._prompt_cache_tokens,
+            **({} if disk is None else {
+                "disk_max_bytes": disk.max_bytes, "disk_entries": disk.entries,
+                "disk_bytes": disk.bytes, "disk_hits": disk.hits, "disk_writes": disk.writes,
+                "disk_write_errors": disk.write_errors, "disk_skipped": disk.skipped}))
+
     def _statistics(self) -> ModelStatistics:
         return ModelStatistics(
             slots_total=self._parallel, slots_busy=len(self._active),
@@ -544,10 +558,7 @@ class ModelActor:
             engine_error=self._engine_error, steps=self._steps, tokens_generated=self._tokens,
             requests_admitted=self._admitted, requests_rejected=self._rejected,
             rendering=self._arrivals.rendering,
-            prompt_cache=PromptCacheStatistics(
-                max_bytes=self._prompt_cache_max, entries=self._prompt_cache_entries,
-                bytes=self._prompt_cache_bytes, hits=self._prompt_cache_hits,
-                cached_tokens=self._prompt_cache_tokens),
+            prompt_cache=self._prompt_cache_statistics(),
             generation=GenerationStatistics(
                 started=self._started, prompt_tokens=self._prompt_tokens,
                 outcomes=dict(self._outcomes), queue_wait=self._queue_wait.statistics(),

@@ -14,6 +14,7 @@ running end `failed` with `SHUTDOWN_REASON` (stored like any end, so its stream 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Callable
 
 import attrs
@@ -23,11 +24,12 @@ import trio
 from ..errors import Overloaded, RateLimited
 from ..responses.lifecycle import Status, is_terminal
 from .mailbox import ReplyChannel, answer, ask, reply_with
-from .supervisor import Supervisor, SupervisorHandle
+from .supervisor import ResponseSummary, Supervisor, SupervisorHandle
 
 log = logging.getLogger(__name__)
 
 INBOX_SIZE = 256
+RECENT = 50   # finished responses the live page lists (`overview`)
 
 # What the responses a drain cuts get to end and be stored: their own cleanup is bounded
 # (the slot release by RELEASE_TIMEOUT, the store write by TERMINAL_HOOK_TIMEOUT, 5 s each).
@@ -62,12 +64,17 @@ class RegistryStatisticsRequest:
 
 
 @attrs.frozen
+class OverviewRequest:
+    reply: ReplyChannel[RegistryOverview]
+
+
+@attrs.frozen
 class Drain:
     timeout: float
     reply: ReplyChannel[DrainReport]
 
 
-RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest | Drain
+RegistryMessage = Start | Cancel | Lookup | RegistryStatisticsRequest | OverviewRequest | Drain
 
 
 @attrs.frozen
@@ -85,6 +92,16 @@ class RegistryStatistics:
     started: int
     background_jobs: int
     background_max_jobs: int
+
+
+@attrs.frozen
+class RegistryOverview:
+    """The live responses (oldest first) and the last RECENT that ended (newest first), as
+    the live page (`/ui`) shows them; `draining`: the server is shutting down."""
+
+    live: tuple[ResponseSummary, ...]
+    recent: tuple[ResponseSummary, ...]
+    draining: bool = False
 
 
 class RegistryHandle:
@@ -107,6 +124,9 @@ class RegistryHandle:
     async def statistics(self) -> RegistryStatistics:
         return await ask(self._inbox, RegistryStatisticsRequest)
 
+    async def overview(self) -> RegistryOverview:
+        return await ask(self._inbox, OverviewRequest)
+
     async def drain(self, timeout: float) -> DrainReport:
         """From now on refuses new responses; waits up to `timeout` seconds for the live
         ones to end, then ends those still running as `failed` (the server is shutting
@@ -125,6 +145,7 @@ class Registry:
         self._cut: list[str] = []           # every response a drain has cut
         self._draining = False
         self._left = trio.Event()           # set (and renewed) whenever a response ends
+        self._recent: deque[ResponseSummary] = deque(maxlen=RECENT)   # newest last
 
     async def run(self, *, task_status: trio.TaskStatus[RegistryHandle] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -157,6 +178,10 @@ class Registry:
                     case RegistryStatisticsRequest(reply=reply):
                         answer(reply, lambda: RegistryStatistics(
                             len(self._live), self._started, len(self._jobs), self._max_jobs))
+                    case OverviewRequest(reply=reply):
+                        answer(reply, lambda: RegistryOverview(
+                            tuple(handle.summary() for handle in self._live.values()),
+                            tuple(reversed(self._recent)), self._draining))
                     case Drain(timeout=timeout, reply=reply):
                         self._draining = True
                         nursery.start_soon(self._drain, timeout, reply)
@@ -211,8 +236,9 @@ class Registry:
         try:
             await sup.run(task_status=Registering())
         finally:
-            if self._live.pop(sup.key, None) is not None:
+            if (ended := self._live.pop(sup.key, None)) is not None:
                 self._ended += 1
+                self._recent.append(ended.summary())
             self._jobs.discard(sup.key)
             self._left.set()
             self._left = trio.Event()

@@ -8,6 +8,7 @@ append-only, so a late reader replays what exists and then follows live.
 from __future__ import annotations
 
 import logging
+import time
 from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import attrs
@@ -63,6 +64,8 @@ class Supervisor:
         if self._ready is not None:
             self._take(self._ready)
         self.status = Status.QUEUED
+        # (status, wall-clock time it was entered), for the live page: time in each state.
+        self.timeline: list[tuple[Status, float]] = [(Status.QUEUED, time.time())]
         self._changed = trio.Event()
         self._done = trio.Event()
         self._scope = trio.CancelScope()
@@ -96,6 +99,12 @@ class Supervisor:
 
     def _move(self, event: Event) -> None:
         self.status = next_status(self.status, event)
+        self.timeline.append((self.status, time.time()))
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens generated so far."""
+        return self._output_tokens
 
     def _notify(self) -> None:
         self._changed.set()
@@ -242,6 +251,25 @@ class Supervisor:
             self._scope.cancel()
 
 
+@attrs.frozen
+class ResponseSummary:
+    """One response as the live page (`/ui`) shows it: its status with the time it entered
+    each one (wall clock), tokens so far and, once it has ended, its usage (input, cached,
+    output tokens). `ttft`: seconds from its creation to its first token (queue wait,
+    rendering and prefill), None before it."""
+
+    response_id: str
+    key: str              # the registry's name for it (its tenant's: tenants.scoped)
+    status: str
+    background: bool
+    store: bool
+    done: bool
+    output_tokens: int
+    timeline: tuple[tuple[str, float], ...]
+    ttft: float | None
+    usage: tuple[int, int, int] | None
+
+
 class SupervisorHandle:
     """What the HTTP layer and the registry hold for one live response.
 
@@ -288,6 +316,22 @@ class SupervisorHandle:
         status = Status.QUEUED if obj.status is Status.QUEUED else Status.IN_PROGRESS
         return attrs.evolve(obj, status=status, output=[], usage=usage(),
                             completed_at=None)
+
+    def summary(self) -> ResponseSummary:
+        """What the live page shows of this response, as of now."""
+        sup = self._sup
+        obj = sup.builder.obj
+        timeline = tuple((status.value, at) for status, at in sup.timeline)
+        first = next((at for status, at in sup.timeline if status is Status.IN_PROGRESS), None)
+        done = sup.done
+        return ResponseSummary(
+            response_id=self.response_id, key=self.key, status=self.status,
+            background=self.background,
+            store=bool(obj.store), done=done, output_tokens=sup.output_tokens,
+            timeline=timeline,
+            ttft=None if first is None else first - sup.timeline[0][1],
+            usage=(obj.usage.input_tokens, obj.usage.input_tokens_details.cached_tokens,
+                   obj.usage.output_tokens) if done and obj.usage is not None else None)
 
     def cancel(self) -> None:
         self._sup.cancel()

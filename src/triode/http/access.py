@@ -151,6 +151,15 @@ class HttpStatistics:
     tenant_tokens: dict[tuple[str, str], int] = attrs.Factory(dict)
 
 
+@attrs.frozen
+class Connection:
+    """An open request about a response, as the live page shows it."""
+
+    client: str           # host:port
+    request: str          # "POST /v1/responses", "GET /v1/responses/{response_id}", ...
+    since: float          # wall clock
+
+
 class AccessLog:
     """`enabled` switches the log line only (`--access-log`); the figures are always kept."""
 
@@ -158,6 +167,7 @@ class AccessLog:
         self.app = app
         self.enabled = enabled
         self._in_flight = 0
+        self._open: dict[int, tuple[Scope, AccessRecord, float]] = {}   # id(record) → ...
         self._requests: dict[tuple[str, str, str], int] = {}
         self._durations: dict[tuple[str, str], Histogram] = {}
         self._tenant_requests: dict[tuple[str, str], int] = {}
@@ -189,10 +199,12 @@ class AccessLog:
 
         started = time.perf_counter()
         self._in_flight += 1
+        self._open[id(record)] = (scope, record, time.time())
         try:
             await self.app({**scope, SCOPE_KEY: record}, watched_receive, watched_send)
         finally:
             self._in_flight -= 1
+            del self._open[id(record)]
             self._done(scope, record, time.perf_counter() - started)
 
     def _done(self, scope: Scope, record: AccessRecord, seconds: float) -> None:
@@ -215,6 +227,20 @@ class AccessLog:
             self._count_tenant(record.tenant.name, record)
         if self.enabled:
             log.info("%s", access_line(scope, record, seconds))
+
+    def connections(self) -> dict[str, list[Connection]]:
+        """The open requests (and WebSockets) about each response: its creating request
+        while it waits or streams, the streams that follow it."""
+        found: dict[str, list[Connection]] = {}
+        for scope, record, since in self._open.values():
+            if record.response_id is None:
+                continue
+            client = scope.get("client")
+            method = "GET" if scope["type"] == "websocket" else scope.get("method", "-")
+            found.setdefault(record.response_id, []).append(Connection(
+                f"{client[0]}:{client[1]}" if client else "-",
+                f"{method} {record.route or UNMATCHED}", since))
+        return found
 
     def _count_tenant(self, name: str, record: AccessRecord) -> None:
         key = (name, str(record.status))

@@ -26,6 +26,7 @@ from ..system import Handles, start_actors, startup_error
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import openapi  # noqa: F401  (mounts /openapi.json on the blueprint)
+from . import ui  # (mounts the live page, /ui, on the blueprint)
 from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
 from .access import AccessLog, access_record, record_route
 from .body import MAX_BODY_BYTES, json_response
@@ -35,7 +36,7 @@ from .transport import install as install_write_timeout
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = ("/health", "/v1/health", "/openapi.json", "/v1/openapi.json")
+OPEN_PATHS = ("/health", "/v1/health", "/openapi.json", "/v1/openapi.json", *ui.OPEN_PATHS)
 
 
 def create_app(handles: Handles | None = None, *, access_log: bool = True) -> QuartTrio:

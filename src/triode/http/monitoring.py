@@ -257,6 +257,21 @@ def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
               cache.entries),
         counter("triode_prompt_cache_hits_total",
                 "sequences whose prefill started from a cached prefix", cache.hits),
+        gauge("triode_prompt_cache_disk_capacity_bytes", "the prompt cache's disk budget "
+              "(--prompt-cache-disk-bytes; 0 without --prompt-cache-dir)", cache.disk_max_bytes),
+        gauge("triode_prompt_cache_disk_bytes", "bytes of prompt cache files on disk",
+              cache.disk_bytes),
+        gauge("triode_prompt_cache_disk_entries", "prompt cache entries on disk",
+              cache.disk_entries),
+        counter("triode_prompt_cache_disk_hits_total",
+                "sequences prefilled from an entry loaded back from disk", cache.disk_hits),
+        counter("triode_prompt_cache_disk_writes_total", "prompt cache entries written to disk",
+                cache.disk_writes),
+        counter("triode_prompt_cache_disk_write_errors_total", "prompt cache writes that failed "
+                "(disk full, unwritable) or were dropped (the writer fell behind)",
+                cache.disk_write_errors),
+        counter("triode_prompt_cache_disk_skipped_total", "prompt cache files skipped as "
+                "truncated, corrupt or another configuration's", cache.disk_skipped),
     ]
     if info.blas_threads is not None:
         families.append(gauge("triode_blas_threads", "MKL's thread cap", info.blas_threads))
@@ -285,7 +300,7 @@ def store_metrics(reached: dict[str, BudgetStatistics | None]) -> list[Metric]:
     store = ["store"]
     return [
         labelled(GaugeMetricFamily("triode_store_up", "1 while the store answers (0: its "
-                                   "Redis cannot be reached)", labels=store),
+                                   "Redis cannot be reached, or its SQLite file fails)", labels=store),
                  (([name], int(st is not None)) for name, st in reached.items())),
         per_store(GaugeMetricFamily("triode_store_entries", "entries kept", labels=store),
                   "entries"),

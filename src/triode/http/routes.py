@@ -141,6 +141,8 @@ async def create_response() -> Response:
 
 async def answer_for(started: Started) -> Response:
     """A background job's queued object, the stream, or the finished object."""
+    # Told at once, so the live page shows the request as the response's client meanwhile.
+    access_record(request.scope).record_response(started.handle.response_id)
     if started.background:
         return json_response(told(started.handle.created()))
     if started.stream:

@@ -21,8 +21,9 @@ import attrs
 from . import blas
 from .loading import LoadOptions, ModelInfo, describe, load
 from .pacing import PrefillPacer
-from .prompt_cache import (PROMPT_CACHE_KEY, PromptCache, needs_snapshots, snapshot_point,
-                           turn_close)
+from .disk_cache import LOAD_POLL_SECONDS, DiskTier
+from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_snapshots,
+                           snapshot_point, turn_close)
 from .request import GenerationRequest, Sampling
 from .vision import Vision, load_vision, vision_config
 from .window import window_caches
@@ -60,8 +61,8 @@ class StepOutput:
                                 # supplied (their prefill was skipped)
 
 
-# (this step's outputs, idle, the prompt cache's (entries, bytes) or None) -> commands
-Exchange = Callable[[list[StepOutput], bool, "tuple[int, int] | None"], Sequence[Command]]
+# (this step's outputs, idle, the prompt cache's figures or None) -> commands
+Exchange = Callable[[list[StepOutput], bool, "CacheFigures | None"], Sequence[Command]]
 
 
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
@@ -76,15 +77,16 @@ def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
 
 @functools.lru_cache(maxsize=256)
 def _shared_sampler(sampling: Sampling) -> Callable[[Any], Any]:
-    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.sample_utils import categorical_sampling, greedy_sampler
 
-    return make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
-                        min_p=sampling.min_p, top_k=sampling.top_k)
+    if sampling.temperature == 0:
+        return greedy_sampler   # (as mlx-lm's make_sampler, whose filters _filtered repeats)
+    return lambda logprobs: categorical_sampling(_filtered(sampling, logprobs),
+                                                 sampling.temperature)
 
 
 def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
     import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
     assert sampling.seed is not None   # sampler_for gives unseeded settings a shared sampler
     # A seed is any signed 64-bit integer (translate.RANGES); MLX's key takes an unsigned
@@ -93,18 +95,28 @@ def _seeded_sampler(sampling: Sampling) -> Callable[[Any], Any]:
 
     def sample(logprobs: Any) -> Any:
         nonlocal key
-        if 0 < sampling.top_p < 1:
-            logprobs = apply_top_p(logprobs, sampling.top_p)
-        if sampling.min_p:
-            logprobs = apply_min_p(logprobs, sampling.min_p)
-        if sampling.top_k > 0:
-            logprobs = apply_top_k(logprobs, sampling.top_k)
+        logprobs = _filtered(sampling, logprobs)
         key, step = mx.random.split(key)
         return mx.random.categorical(logprobs * (1 / sampling.temperature), key=step)
 
     from .speculative import one_token_per_call
 
     return one_token_per_call(sample)   # its key must split once per token, drafted or not
+
+
+def _filtered(sampling: Sampling, logprobs: Any) -> Any:
+    """top_p, min_p then top_k, in mlx-lm's order. A top_k at or past the vocabulary keeps
+    every token (the request's bound is not the model's: mlx-lm's own filter raises there,
+    on the engine thread)."""
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    if 0 < sampling.top_p < 1:
+        logprobs = apply_top_p(logprobs, sampling.top_p)
+    if sampling.min_p:
+        logprobs = apply_min_p(logprobs, sampling.min_p)
+    if 0 < sampling.top_k < logprobs.shape[-1]:
+        logprobs = apply_top_k(logprobs, sampling.top_k)
+    return logprobs
 
 
 def openai_penalties(presence: float, frequency: float, prompt_length: int
@@ -195,6 +207,7 @@ class Engine:
     def __init__(self, model: str, *, parallel: int, context_length: int | None,
                  blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
                  kv_bits: int = 0, speculative: str = "off", attention_window: int = 0,
+                 prompt_cache_dir: str | None = None, prompt_cache_disk_bytes: int = 0,
                  load_options: LoadOptions = LoadOptions()):
         self.model_name = model
         self.load_options = load_options   # --tool-format, --chat-template
@@ -206,6 +219,8 @@ class Engine:
         self.context_length = context_length
         self.blas_threads = blas_threads
         self.prompt_cache_bytes = prompt_cache_bytes
+        self.prompt_cache_dir = prompt_cache_dir   # None: no disk tier
+        self.prompt_cache_disk_bytes = prompt_cache_disk_bytes
         self.speculative = speculative   # "ngram": prompt-lookup drafts (speculative.py)
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
@@ -239,7 +254,9 @@ class Engine:
             from . import speculative
 
             speculative.install(generator)   # one StepOutput per token still, in order
-        cache = PromptCache(self.prompt_cache_bytes) if self.prompt_cache_bytes > 0 else None
+        disk = self._disk_tier(model, new_cache) if self.prompt_cache_bytes > 0 else None
+        cache = PromptCache(self.prompt_cache_bytes, disk.evicted if disk is not None else None) \
+            if self.prompt_cache_bytes > 0 else None
         # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
         # prompts are also kept where the next turn branches off (prompt_cache.snapshot_point);
         # None: not needed.
@@ -250,25 +267,67 @@ class Engine:
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
+        loading: dict[int, Insert] = {}   # our uid → its Insert, waiting for a disk load
         outputs: list[StepOutput] = []
         pacer = PrefillPacer(self.prefill_chunk)
+
+        def start(cmd: Insert, kv: Any, reused: int) -> None:
+            seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close,
+                               vision)
+            running[seq.uid] = by_generator[seq.generator_uid] = seq
+            prefilling.add(seq.uid)
+
+        def figures() -> CacheFigures | None:
+            if cache is None:
+                return None
+            return CacheFigures(len(cache), cache.nbytes,
+                                disk.figures() if disk is not None else None)
+
         try:
             while True:
-                commands = exchange(outputs, not running,
-                                    (len(cache), cache.nbytes) if cache is not None else None)
+                commands = exchange(outputs, not running and not loading, figures())
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
-                        seq = self._insert(generator, cache, tokenizer, cmd, new_cache, close,
-                                           vision)
-                        running[seq.uid] = by_generator[seq.generator_uid] = seq
-                        prefilling.add(seq.uid)
+                        if cmd.request.images and vision is not None:
+                            cmd = vision.placed(cmd)   # image tokens → their rows' ids
+                        prompt = list(cmd.request.prompt)
+                        namespace = cmd.request.cache_key or PROMPT_CACHE_KEY
+                        kv, rest = cache.fetch(prompt, namespace) if cache is not None \
+                            else (None, prompt)
+                        reused = len(prompt) - len(rest)
+                        found = disk.find(namespace, prompt, reused) if disk is not None \
+                            else None
+                        if disk is not None and found is not None:
+                            loading[cmd.uid] = cmd   # prefilled once the file is read back
+                            disk.load(cmd.uid, *found)
+                        else:
+                            start(cmd, kv, reused)
+                    elif cmd.uid in loading:
+                        del loading[cmd.uid]   # its load's result is dropped
                     elif cmd.uid in running:
                         seq = running.pop(cmd.uid)
                         generator.remove([seq.generator_uid])
                         del by_generator[seq.generator_uid]
                         prefilling.discard(cmd.uid)
+                if disk is not None and loading:
+                    for done in disk.finished_loads():
+                        waiting = loading.pop(done.uid, None)
+                        if waiting is None:
+                            continue
+                        if done.kv is not None:
+                            disk.counted_hit()
+                            start(waiting, done.kv, done.reuse)
+                        else:   # skipped: what memory has, if anything
+                            prompt = list(waiting.request.prompt)
+                            assert cache is not None
+                            kv, rest = cache.fetch(prompt, waiting.request.cache_key
+                                                   or PROMPT_CACHE_KEY)
+                            start(waiting, kv, len(prompt) - len(rest))
                 if not running:
+                    if loading:
+                        assert disk is not None
+                        disk.wait(LOAD_POLL_SECONDS)
                     continue
                 generator.prefill_step_size = pacer.chunk(
                     decoding=len(running) - len(prefilling),
@@ -301,6 +360,29 @@ class Engine:
                     seq.cached_tokens = 0   # reported on the first output only
         finally:
             generator.close()
+            if disk is not None:
+                assert cache is not None
+                disk.close(cache.entries())
+
+    def _disk_tier(self, model: Any, new_cache: Callable[[], Any]) -> DiskTier | None:
+        """The prompt cache's disk tier (with --prompt-cache-dir), its index read back; None
+        (logged) when the directory cannot be used: the server runs on without it."""
+        if self.prompt_cache_dir is None:
+            return None
+        from . import disk_cache
+
+        try:
+            key = disk_cache.cache_key(
+                self.model_name, kv_bits=self.kv_bits, attention_window=self.attention_window,
+                layer_types=disk_cache.layer_types(sequence_cache(model, new_cache)))
+            tier = DiskTier(self.prompt_cache_dir, self.prompt_cache_disk_bytes, key,
+                            pending_limit=self.prompt_cache_bytes)
+            tier.open()
+        except Exception as exc:   # the server serves on from memory
+            log.warning("prompt cache: cannot use %s (%s); running without the disk tier",
+                        self.prompt_cache_dir, exc)
+            return None
+        return tier
 
     def _load(self) -> tuple[Any, Any, Vision | None]:
         """The model and tokenizer; a vision model's language model (as mlx-lm's class)
@@ -325,13 +407,14 @@ class Engine:
                 cache.keep(tokens, kv, seq.cache_namespace)
 
     @staticmethod
-    def _insert(generator: Any, cache: PromptCache | None, tokenizer: Any,
-                cmd: Insert, new_cache: Callable[[], Any],
+    def _insert(generator: Any, tokenizer: Any, cmd: Insert, kv: Any, reused: int,
+                new_cache: Callable[[], Any],
                 close: tuple[int, ...] | None = None,
                 vision: Vision | None = None) -> _Sequence:
-        """Adds one sequence to the batch, starting from the longest cached prefix; with
-        `close` (an untrimmable cache's turn-closing tokens) its prefill stops once at the
-        snapshot point to keep the cache there."""
+        """Adds one sequence to the batch, starting from `kv`, a cache of the prompt's first
+        `reused` tokens (None: from scratch); with `close` (an untrimmable cache's
+        turn-closing tokens) its prefill stops once at the snapshot point to keep the cache
+        there. A vision model's image tokens were replaced by their rows' ids already."""
         request = cmd.request
         extra = {}
         chain, constraint = logits_processors_for(request, tokenizer)
@@ -340,11 +423,8 @@ class Engine:
         if chain:
             extra["logits_processors"] = [chain]
         prompt = list(request.prompt)
-        if request.images and vision is not None:   # image tokens → their rows' ids
-            prompt = vision.place(prompt, request.images)
         namespace = request.cache_key or PROMPT_CACHE_KEY
-        kv, rest = cache.fetch(prompt, namespace) if cache is not None else (None, prompt)
-        reused = len(prompt) - len(rest)
+        rest = prompt[reused:]
         if kv is None:
             kv = new_cache()
         point = snapshot_point(prompt, reused, close) if close is not None else None

@@ -16,7 +16,10 @@ not always as it was generated (a template that drops earlier turns' reasoning, 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any, Callable, Iterator, Sequence
+
+import attrs
 
 # The prompt cache's namespace for requests without a `prompt_cache_key` (one model per
 # engine: every entry is this model's); a request's key names a namespace of its own.
@@ -29,6 +32,18 @@ KEPT_PREFIXES = 2
 
 PROBE = "PROMPT-CACHE-PROBE"
 
+# Told of each entry the LRU evicts: (namespace, tokens, its KV cache).
+OnEvict = Callable[[str, list[int], Any], None]
+
+
+@attrs.frozen
+class CacheFigures:
+    """What the engine reports of its prompt cache with each step."""
+
+    entries: int
+    nbytes: int
+    disk: Any = None   # disk_cache.DiskFigures, with --prompt-cache-dir
+
 
 class PromptCache:
     """mlx-lm's LRUPromptCache does the matching (the longest cached prefix, or a longer entry
@@ -36,10 +51,14 @@ class PromptCache:
     an insert needs (at least one prompt token always goes through the model, since the first
     output token is sampled from its logits) and the untrimmable entries' bookkeeping."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, on_evict: OnEvict | None = None):
         from mlx_lm.models.cache import LRUPromptCache
 
         self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
+        self._evicted: list[tuple[str, list[int], Any]] = []
+        self._on_evict = on_evict
+        if on_evict is not None:
+            self._lru._lru = _recording_order()(self._lru._trie, self._evicted)
 
     def fetch(self, prompt: list[int], namespace: str = PROMPT_CACHE_KEY
               ) -> tuple[Any, list[int]]:
@@ -70,6 +89,17 @@ class PromptCache:
             for length in self._prefixes(tokens, namespace)[:-KEPT_PREFIXES]:
                 self._drop(tokens[:length], namespace)
         self._lru.insert_cache(namespace, tokens, kv)
+        if self._on_evict is not None:
+            evicted, self._evicted[:] = list(self._evicted), []
+            for entry in evicted:
+                self._on_evict(*entry)
+
+    def entries(self) -> Iterator[tuple[str, list[int], Any]]:
+        """Every entry (namespace, tokens, KV cache), least recently kept first."""
+        order = self._lru._lru
+        for namespace, tokens in [k for kind in reversed(order._ordering)
+                                  for k in order._lrus[kind]]:
+            yield namespace, list(tokens), self._lru._trie.get(namespace, tokens).prompt_cache
 
     def _prefixes(self, tokens: list[int], namespace: str) -> list[int]:
         """The lengths of the entries that are strict prefixes of `tokens`, shortest first."""
@@ -97,6 +127,27 @@ class PromptCache:
 
     def __len__(self) -> int:
         return len(self._lru)
+
+
+@functools.cache
+def _recording_order() -> Any:
+    """mlx-lm's LRU order, which also notes each entry it gives up for eviction (the LRU
+    evicts inside `insert_cache`, by popping this order and then the trie)."""
+    from mlx_lm.models.cache import LRUPromptCache
+
+    class RecordingOrder(LRUPromptCache.CacheOrder):
+        def __init__(self, trie: Any, evicted: list[tuple[str, list[int], Any]]):
+            super().__init__()
+            self._trie = trie
+            self._evicted = evicted
+
+        def pop(self) -> Any:
+            namespace, tokens = super().pop()  # type: ignore[no-untyped-call]
+            self._evicted.append((namespace, list(tokens),
+                                  self._trie.get(namespace, tokens).prompt_cache))
+            return namespace, tokens
+
+    return RecordingOrder
 
 
 def needs_snapshots(caches: Sequence[Any]) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import secrets
 import json
 from collections import OrderedDict
 from pathlib import Path
@@ -162,11 +163,15 @@ class ImageRows:
     `first + serial`, serials never reused; a row serial s lives at s % capacity until
     `capacity` more rows are written."""
 
-    def __init__(self, first: int, capacity: int = IMAGE_ROWS):
+    def __init__(self, first: int, capacity: int = IMAGE_ROWS, start: int | None = None):
         self.first = first
         self.capacity = capacity
         self.table: Any = None
-        self.next = 0
+        # Serials start at a random point of the id space (a multiple of the capacity, so
+        # rows still start at 0): KV caches --prompt-cache-dir kept from another process
+        # hold that process's virtual ids, which must not name this one's images.
+        span = max(1, (2**31 - 1 - first) // capacity - 2)
+        self.next = (secrets.randbelow(span // 2) if start is None else start) * capacity
         self.known: OrderedDict[str, int] = OrderedDict()   # digest → serial of its row 0
         self.computed = 0     # images run through the vision tower (statistics, tests)
 
@@ -246,6 +251,13 @@ class Vision:
             out[span.start:span.start + span.length] = range(first, first + span.length)
         return out
 
+
+    def placed(self, cmd: Any) -> Any:
+        """An engine Insert whose prompt has its images' virtual ids (`place`); its images
+        stay on the request (its logits processors are wrapped by them)."""
+        request = cmd.request
+        return attrs.evolve(cmd, request=attrs.evolve(
+            request, prompt=self.place(list(request.prompt), request.images)))
 
     def text_context(self, processor: Any) -> Any:
         """A logits processor that sees image tokens as the model's image token, not as the
