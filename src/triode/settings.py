@@ -115,6 +115,19 @@ class Settings:
         None, "directory of stored prompt templates for a request's `prompt`: "
         "DIR/<id>/<version>.txt, `{{variable}}` filled from `prompt.variables`, rendered as "
         "the instructions (docs/compatibility.md); unset, a `prompt` is a 400")
+    media_fetch: str | None = flag(
+        None, "hosts whose http(s) URLs an input_image's image_url or an input_file's "
+        "file_url may name, comma-separated: `example.com`, `example.com:8443`, "
+        "`*.example.com` (its subdomains), `*` (any host). A host reached through a wildcard "
+        "must resolve to public addresses; one named exactly may be private or loopback. "
+        "Unset: media only as data (a URL is a 400). Every redirect is checked the same way "
+        "(docs/media.md)")
+    media_max_bytes: int = flag(
+        20 * 1024 * 1024, "the largest image or file a request may send or have fetched, "
+        "in bytes (decoded); one byte more is a 400 naming the field")
+    media_max_pixels: int = flag(
+        7680 * 4320, "the most pixels an image may have (width x height, checked from its "
+        "header before it is decoded: no decompression bombs); one more is a 400")
     blas: str = flag("auto", "BLAS under MLX on Linux: auto (MKL when installed), mkl, none",
                      choices=("auto", "mkl", "none"))
     prompt_cache_bytes: int = flag(
@@ -230,6 +243,11 @@ class Settings:
                             "is 0)")
         if self.prompts_dir is not None and not os.path.isdir(self.prompts_dir):
             problems.append(f"--prompts-dir must be a directory (got {self.prompts_dir!r})")
+        if self.media_max_bytes < 1:
+            problems.append(f"--media-max-bytes must be at least 1 (got {self.media_max_bytes})")
+        if self.media_max_pixels < 1:
+            problems.append(f"--media-max-pixels must be at least 1 "
+                            f"(got {self.media_max_pixels})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:

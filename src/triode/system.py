@@ -46,6 +46,7 @@ from .model.blas import preload_blas
 from .model.disk_cache import check_directory
 from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
+from .service.media import FetchRule, MediaLimits
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
 from .tenants import DEFAULT_SCOPE, Tenant, Tenants, single
@@ -343,7 +344,10 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
                   conversations=conversations, echo=echo, model_names=names,
                   hosted_tools=settings.hosted_tools,
                   background_off=background_off(settings), board=board,
-                  prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None)
+                  prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None,
+                  media=MediaLimits(FetchRule.parse(settings.media_fetch),
+                                    max_bytes=settings.media_max_bytes,
+                                    max_pixels=settings.media_max_pixels))
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
     monitor: MonitorHandle = await nursery.start(Monitor(model).run)
     task_status.started(Handles(

@@ -37,6 +37,8 @@ from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
 from ..model.speculation import SpeculationStatistics
 from ..model.templates import render_fitted
+from ..model.vision import prompter_of
+from ..responses.items import message_images
 from .mailbox import answer, ask
 from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
                        ModelStatistics, ModelStatisticsRequest, PromptCacheStatistics, Release,
@@ -142,7 +144,15 @@ class ModelHandle:
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None
-            return Rendered(self.tokenizer.encode(text, add_special_tokens=False), text)
+            tokens = self.tokenizer.encode(text, add_special_tokens=False)
+            images = message_images(messages)
+            if not images:
+                return Rendered(tokens, text)
+            prompter = prompter_of(self.tokenizer)
+            if prompter is None:   # the media step refuses images for a text model first
+                raise InvalidRequest("this model does not take image input", param="input")
+            tokens, spans = prompter.expand(tokens, images)
+            return Rendered(tokens, text, spans)
 
         large = text_size(messages) + text_size(tools) > LARGE_RENDER_CHARS
         await self._inbox.send(Rendering(started=True))

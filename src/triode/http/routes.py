@@ -88,6 +88,7 @@ class ModelObject(TypedDict):
     created: int
     owned_by: str
     context_window: int
+    input_modalities: list[str]     # what its input may hold: text, image, file
 
 
 class ModelList(TypedDict):
@@ -282,7 +283,9 @@ def codex_catalog_entry() -> CodexModel:
 def model_object() -> ModelObject:
     h = handles()
     return {"id": h.model_names[0], "object": "model", "created": h.started_at,
-            "owned_by": "triode", "context_window": h.model.info.context_length}
+            "owned_by": "triode", "context_window": h.model.info.context_length,
+            "input_modalities": ["text", "image", "file"] if h.model.info.vision
+            else ["text", "file"]}
 
 
 # ---- SSE ------------------------------------------------------------------------------------

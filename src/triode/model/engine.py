@@ -26,6 +26,7 @@ from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_sn
                            snapshot_point, turn_close)
 from .request import GenerationRequest, Sampling
 from .speculation import SpeculationStatistics
+from .vision import Vision, load_vision, vision_config
 from .window import window_caches
 
 log = logging.getLogger(__name__)
@@ -261,11 +262,12 @@ class Engine:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
-        model, tokenizer = load(self.model_name, self.load_options)
+        model, tokenizer, vision = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
-                                     self.load_options), blas_threads=threads)
+                                     self.load_options), blas_threads=threads,
+                            vision=vision is not None)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
         if self.kv_bits:
             from .kvquant import quantized_cache
@@ -305,7 +307,8 @@ class Engine:
         pacer = PrefillPacer(self.prefill_chunk)
 
         def start(cmd: Insert, kv: Any, reused: int) -> None:
-            seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close)
+            seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close,
+                               vision)
             running[seq.uid] = by_generator[seq.generator_uid] = seq
             prefilling.add(seq.uid)
 
@@ -323,6 +326,8 @@ class Engine:
                 outputs = []
                 for cmd in commands:
                     if isinstance(cmd, Insert):
+                        if cmd.request.images and vision is not None:
+                            cmd = vision.placed(cmd)   # image tokens → their rows' ids
                         prompt = list(cmd.request.prompt)
                         namespace = cmd.request.cache_key or PROMPT_CACHE_KEY
                         kv, rest = cache.fetch(prompt, namespace) if cache is not None \
@@ -417,6 +422,14 @@ class Engine:
             return None
         return tier
 
+    def _load(self) -> tuple[Any, Any, Vision | None]:
+        """The model and tokenizer; a vision model's language model (as mlx-lm's class)
+        with its vision half (model/vision.py)."""
+        if vision_config(self.model_name) is not None:
+            return load_vision(self.model_name)
+        model, tokenizer = load(self.model_name, self.load_options)
+        return model, tokenizer, None
+
     @staticmethod
     def _snapshot(generator: Any, cache: PromptCache, progress: list[Any],
                   by_generator: dict[int, _Sequence]) -> None:
@@ -434,14 +447,17 @@ class Engine:
     @staticmethod
     def _insert(generator: Any, tokenizer: Any, cmd: Insert, kv: Any, reused: int,
                 new_cache: Callable[[], Any],
-                close: tuple[int, ...] | None = None) -> _Sequence:
+                close: tuple[int, ...] | None = None,
+                vision: Vision | None = None) -> _Sequence:
         """Adds one sequence to the batch, starting from `kv`, a cache of the prompt's first
         `reused` tokens (None: from scratch); with `close` (an untrimmable cache's
         turn-closing tokens) its prefill stops once at the snapshot point to keep the cache
-        there."""
+        there. A vision model's image tokens were replaced by their rows' ids already."""
         request = cmd.request
         extra = {}
         chain, constraint = logits_processors_for(request, tokenizer)
+        if chain and request.images and vision is not None:
+            chain = [vision.text_context(p) for p in chain]   # no ids past the vocabulary
         if chain:
             extra["logits_processors"] = [chain]
         prompt = list(request.prompt)

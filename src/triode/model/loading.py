@@ -15,6 +15,7 @@ from .parsers import canonical_format, detect_format, format_names
 from .parsers.reasoning import THINK
 from .request import Sampling
 from .templates import TemplateRoles, probe_roles
+from .vision import check_vision, vision_config
 
 # The small model that ships inside the package (weights, tokenizer, template, model card).
 BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
@@ -36,6 +37,7 @@ class ModelInfo:
     think: tuple[str, str] = THINK     # they: mlx-lm's think_start / think_end
     template_roles: TemplateRoles = TemplateRoles()   # the roles its chat template refuses
     blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
+    vision: bool = False               # takes images (a vision-language model, mlx-vlm)
 
 
 @attrs.frozen
@@ -143,6 +145,9 @@ def check_model(model: str) -> None:
                             "directory)")
     if not exists and not _repo_id(model):
         raise SettingsError(f"--model: {model}: no such directory")
+    config = vision_config(model)
+    if config is not None:
+        check_vision(config, model)
 
 
 def _repo_id(model: str) -> bool:

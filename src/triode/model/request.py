@@ -6,7 +6,7 @@ carried unchanged through the supervisor, the model actor's queue and the engine
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import attrs
 
@@ -40,6 +40,22 @@ class Sampling:
 
 
 @attrs.frozen
+class ImageSpan:
+    """One image of a prompt: its run of image tokens (`start`, `length`), its processed
+    pixels (numpy, as the model's image processor made them) and their digest, which keys its
+    features (model/vision.py)."""
+
+    start: int
+    length: int
+    digest: str
+    pixels: Any = attrs.field(eq=False, repr=False)
+
+
+def _spans(spans: Iterable[ImageSpan]) -> tuple[ImageSpan, ...]:
+    return tuple(spans)
+
+
+@attrs.frozen
 class GenerationRequest:
     """Everything that decides what one sequence generates.
 
@@ -57,11 +73,15 @@ class GenerationRequest:
     # The prompt cache's namespace (the request's `prompt_cache_key`): a prompt reuses and
     # leaves KV caches among those of requests with the same key; "" is the shared one.
     cache_key: str = ""
+    # A vision model's images, at their token runs in `prompt` (model/vision.py).
+    images: tuple[ImageSpan, ...] = attrs.field(default=(), converter=_spans)
 
 
 @attrs.frozen
 class Rendered:
-    """A chat template's output: the token ids and the text they encode."""
+    """A chat template's output: the token ids and the text they encode (each image of a
+    vision model's prompt is a run of image tokens, `images` says where)."""
 
     tokens: list[int]
     text: str
+    images: tuple[ImageSpan, ...] = ()

@@ -17,11 +17,12 @@ import json
 from typing import Any, Sequence
 
 from ..errors import InvalidRequest
+from ..model.media import is_data_url
 from . import compaction, wire
 from .ids import new_id
 from .objects import (AdditionalToolsItem, CompactionItem, ContentPart, CustomToolCallItem,
                       CustomToolCallOutputItem, FunctionCallItem, FunctionCallOutputItem,
-                      InputTextPart, Item, MessageItem, OutputTextPart, ReasoningItem,
+                      InputImagePart, InputTextPart, Item, MessageItem, OutputTextPart, ReasoningItem,
                       ReasoningTextPart, RefusalPart, SummaryTextPart)
 from .output import decrypt_reasoning
 
@@ -40,10 +41,14 @@ def _part(part: wire.ContentPart, param: str) -> ContentPart:
             return OutputTextPart(text=t)
         case wire.Refusal(refusal=t):
             return RefusalPart(refusal=t)
+        case wire.InputImage(image_url=str(url)) if is_data_url(url):
+            return InputImagePart(image_url=url, detail=part.detail or "auto")
         case wire.InputImage():
+            # The turn service's media step (service/media.py) checks every image and makes
+            # its URL a data URL, or refuses it for a model that takes no images.
             raise InvalidRequest("this model does not take image input", param=param)
         case wire.InputFile():
-            raise InvalidRequest("file input is not supported", param=param)
+            raise InvalidRequest("an input_file reached translation unread", param=param)
     raise InvalidRequest("unsupported content part", param=param)
 
 
@@ -140,9 +145,36 @@ def input_items(req: wire.CreateResponse) -> list[Item]:
 
 
 def text_of(content: str | list[ContentPart]) -> str:
+    """The text of a content (its images left out)."""
     if isinstance(content, str):
         return content
-    return "".join(p.refusal if isinstance(p, RefusalPart) else p.text for p in content)
+    return "".join(p.refusal if isinstance(p, RefusalPart) else p.text for p in content
+                   if not isinstance(p, InputImagePart))
+
+
+def _content(content: str | list[ContentPart]) -> str | list[dict[str, Any]]:
+    """A message's content for the chat template: its text, or, when it holds images, the
+    multimodal list vision templates take (`{"type": "image"}` where each image goes; the
+    image's URL rides along under `image_url` for the model's image inputs, in order)."""
+    if isinstance(content, str) or not any(isinstance(p, InputImagePart) for p in content):
+        return text_of(content)
+    parts: list[dict[str, Any]] = []
+    for p in content:
+        if isinstance(p, InputImagePart):
+            parts.append({"type": "image", "image_url": p.image_url, "detail": p.detail})
+        else:
+            text = p.refusal if isinstance(p, RefusalPart) else p.text
+            if parts and parts[-1]["type"] == "text":
+                parts[-1]["text"] += text
+            else:
+                parts.append({"type": "text", "text": text})
+    return parts
+
+
+def message_images(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The image parts of chat-template messages, in the order the template shows them."""
+    return [part for m in messages if isinstance(m.get("content"), list)
+            for part in m["content"] if part.get("type") == "image"]
 
 
 def reasoning_text(item: ReasoningItem) -> str:
@@ -196,7 +228,7 @@ def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[
                 if item.phase:   # for templates that know it (commentary / final_answer)
                     turn["phase"] = item.phase
             case MessageItem():
-                messages.append({"role": item.role, "content": text_of(item.content)})
+                messages.append({"role": item.role, "content": _content(item.content)})
             case FunctionCallItem() | CustomToolCallItem():
                 name = chat_tool_name(item.name, item.namespace)
                 names[item.call_id] = name
@@ -207,7 +239,7 @@ def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[
                      "function": {"name": name, "arguments": arguments}})
             case FunctionCallOutputItem() | CustomToolCallOutputItem():
                 msg = {"role": "tool", "tool_call_id": item.call_id,
-                       "content": text_of(item.output)}
+                       "content": _content(item.output)}
                 if item.call_id in names:
                     msg["name"] = names[item.call_id]
                 messages.append(msg)

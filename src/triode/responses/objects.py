@@ -127,7 +127,19 @@ class SummaryTextPart:
     text: str
 
 
-ContentPart = Union[InputTextPart, OutputTextPart, RefusalPart]
+@schema_name("InputImageObject")
+@answer
+@attrs.define(kw_only=True)
+class InputImagePart:
+    """An image of the input, as a data URL of its bytes (a fetched image's too:
+    service/media.py), so a chain replays it without fetching again."""
+
+    type: Literal["input_image"] = "input_image"
+    image_url: str
+    detail: str = "auto"
+
+
+ContentPart = Union[InputTextPart, OutputTextPart, RefusalPart, InputImagePart]
 
 
 @schema_name("MessageObject")
@@ -514,7 +526,7 @@ ITEM_TYPES: dict[str, type] = {
     "custom_tool_call_output": CustomToolCallOutputItem, "reasoning": ReasoningItem,
     "compaction": CompactionItem, "additional_tools": AdditionalToolsItem}
 _CONTENT_PARTS: dict[str, type] = {"input_text": InputTextPart, "output_text": OutputTextPart,
-                                   "refusal": RefusalPart}
+                                   "refusal": RefusalPart, "input_image": InputImagePart}
 _EVENT_PARTS: dict[str, type] = {"output_text": OutputTextPart,
                                  "reasoning_text": ReasoningTextPart}
 

@@ -62,7 +62,8 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
         sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
-        cache_key=scoped(cache_scope, plan.echo.prompt_cache_key or ""))
+        cache_key=scoped(cache_scope, plan.echo.prompt_cache_key or ""),
+        images=rendered.images)
     return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)
 
 

@@ -23,9 +23,10 @@ from .objects import (ConversationRef, CustomToolCallItem, CustomToolCallOutputI
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
-# OpenAI's `include` values. The first two change the output; the others ask for parts of
-# items this server never produces (hosted tools' calls, input images), so they change
-# nothing, as OpenAI's do when a response has no such item.
+# OpenAI's `include` values. The first two change the output; `message.input_image.image_url`
+# is always so (stored input images keep their data URL); the others ask for parts of items
+# this server never produces (hosted tools' calls), so they change nothing, as OpenAI's do
+# when a response has no such item.
 INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs",
             "file_search_call.results", "web_search_call.results",
             "web_search_call.action.sources", "message.input_image.image_url",

@@ -92,7 +92,8 @@ async def summarize(model: ModelHandle, instructions: str | None,
     events: list[Any] = []
     generated = 0
     summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),
-                                        Sampling(temperature=0.0), cache_key=cache_key)
+                                        Sampling(temperature=0.0), cache_key=cache_key,
+                                        images=rendered.images)
     async with model.generate(summary_request) as adm:
         async for out in adm.outputs:
             generated += 1

@@ -38,6 +38,7 @@ from . import compactor
 from .compactor import Transcript
 from .jobs import Jobs
 from .keeping import LocalResponses
+from .media import Media, MediaLimits
 
 
 class TurnInput(Protocol):
@@ -67,8 +68,10 @@ class TurnInput(Protocol):
 class Preparer:
     def __init__(self, *, model: ModelHandle, responses: ResponseStoreHandle,
                  conversations: ConversationStoreHandle, echo: ReasoningEchoHandle,
-                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore"):
-        """`jobs`: where a response that has not finished yet is found."""
+                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore",
+                 media: MediaLimits = MediaLimits()):
+        """`jobs`: where a response that has not finished yet is found. `media`: the limits
+        on a request's images and files (and the hosts they may be fetched from)."""
         self._model = model
         self._responses = responses
         self._conversations = conversations
@@ -76,6 +79,7 @@ class Preparer:
         self._jobs = jobs
         self._model_names = model_names
         self._hosted_tools = hosted_tools
+        self._media = Media(media, vision=model.info.vision)
         # The tenant's own prompt-cache namespace, for the summaries compaction generates.
         self._cache_key = scoped(jobs.scope, "")
 
@@ -243,6 +247,7 @@ class Preparer:
         400 naming it."""
         if isinstance(given, str):
             return [canonical(Message(role="user", content=given), "input[0]")]
+        given = await self._media.resolve(given)
         known = {item.id: item for item in past}
         items: list[Item] = []
         for i, item in enumerate(given):

@@ -36,6 +36,7 @@ from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .jobs import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
+from .media import MediaLimits
 from .prepare import Preparer
 from .prompts import PromptTemplates
 from ..actors.limits import TenantLimitsHandle, Ticket
@@ -65,16 +66,18 @@ class Turns:
                  echo: ReasoningEchoHandle, model_names: tuple[str, ...],
                  hosted_tools: str = "ignore", background_off: str | None = None,
                  board: JobBoardHandle | None = None, prompts_dir: Path | None = None,
-                 limits: TenantLimitsHandle | None = None, tenant: Tenant = DEFAULT_TENANT):
+                 limits: TenantLimitsHandle | None = None, tenant: Tenant = DEFAULT_TENANT,
+                 media: MediaLimits = MediaLimits()):
         """`background_off`: why background mode is off (one of its budgets is 0), if so.
         `board`: the job board of a shared store (background jobs across processes).
         `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any.
         `limits`: the tenants' limits (None: unlimited). `tenant`: whose responses,
-        conversations and reasoning these are, and whose limits apply; see `for_tenant`."""
+        conversations and reasoning these are, and whose limits apply; see `for_tenant`.
+        `media`: the limits on images and files (`--media-*`)."""
         self._args = dict(model=model, registry=registry, responses=responses,
                           conversations=conversations, echo=echo, model_names=model_names,
                           hosted_tools=hosted_tools, background_off=background_off,
-                          board=board, prompts_dir=prompts_dir, limits=limits)
+                          board=board, prompts_dir=prompts_dir, limits=limits, media=media)
         scope = tenant.scope
         self._tenants: dict[str, Turns] = {scope: self}
         self.tenant = tenant
@@ -92,7 +95,8 @@ class Turns:
                                       echo=echo)
         self._preparer = Preparer(model=model, responses=responses,
                                   conversations=conversations, echo=echo, jobs=self._jobs,
-                                  model_names=model_names, hosted_tools=hosted_tools)
+                                  model_names=model_names, hosted_tools=hosted_tools,
+                                  media=media)
 
     def for_tenant(self, tenant: Tenant) -> Turns:
         """The turn service of one tenant: the same actors, seen through handles scoped to

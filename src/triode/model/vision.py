@@ -1,0 +1,318 @@
+"""Vision-language models through mlx-vlm, served by the same batched engine as text.
+
+A model whose config.json has a `vision_config` and an architecture listed here is loaded
+with mlx-vlm (its vision tower, projector and processor), and its language model is rebuilt
+as mlx-lm's own class over the same weight arrays (no copy), so text requests, batching, the
+prompt cache, speculative decoding and KV quantization work on it exactly as on a text model.
+
+Images reach the language model as *image rows*. The trio side renders a prompt with one run
+of the model's image token per image (as many tokens as the processor gives the image) and
+carries each image's processed pixels with it (`ImageSpan`). At insert, the engine thread
+runs the vision tower on an image it has not seen (or whose rows were overwritten), writes its
+features into a ring of rows (`ImageRows`), and replaces the image's tokens in the prompt by
+*virtual ids* past the vocabulary, one per row; the embedding layer looks ids past the
+vocabulary up in the ring instead of its table. A virtual id names one row of one image's
+content (its processed pixels' digest), never reused for other content, so the prompt cache,
+keyed by token ids, reuses a prefix holding an image exactly when the image is the same, and
+batched prefills and decode steps of any mix of requests need nothing special
+(docs/media.md).
+
+Only architectures whose language model places image features at the image tokens' positions
+with plain 1-D positions are listed: there the rebuilt mlx-lm model computes what mlx-vlm's
+own forward pass does (tests/model/test_vision.py compares them). M-RoPE models (Qwen2-VL
+and later) and models with bidirectional attention over image tokens are not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import secrets
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+
+from ..errors import InvalidRequest, SettingsError
+from .media import DETAIL_PIXELS, parse_data_url
+from .request import ImageSpan
+
+# mlx-vlm architecture → how many image tokens an image of processed size (h, w) becomes.
+VISION_ARCHITECTURES = ("llava",)
+# Rows of image features the engine keeps (a ring): each image uses as many as it has tokens
+# (576 for LLaVA-1.5 at 336 px). 16384 rows of a 4096-wide bf16 model is 128 MiB.
+IMAGE_ROWS = 16384
+# The image tokens one request may hold: an eighth of the ring, so the rows of a prompt being
+# prefilled are overwritten only after more than 3 more such requests' worth of new images
+# were placed meanwhile (the reuse rule below keeps half the ring as headroom).
+REQUEST_IMAGE_ROWS = IMAGE_ROWS // 8
+# Images reach rendering checked (service/media.py, --media-max-bytes); stored ones replayed
+# by a chain were checked when they came in.
+MAX_DATA_URL_BYTES = 1 << 31
+
+
+def vision_config(model: str) -> dict[str, Any] | None:
+    """The model's config.json when it describes a vision-language model, else None (a
+    local directory only; a Hugging Face repo id is looked up in the local cache)."""
+    path = Path(model)
+    if not path.is_dir():
+        try:
+            from mlx_lm import utils
+
+            lookup: Any = utils.hf_repo_to_path   # the local cache only
+            path = Path(lookup(model))
+        except Exception:
+            return None
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or "vision_config" not in config:
+        return None
+    return config
+
+
+def check_vision(config: dict[str, Any], model: str) -> None:
+    """A vision model triode cannot serve is a SettingsError naming --model."""
+    kind = config.get("model_type")
+    if kind not in VISION_ARCHITECTURES:
+        raise SettingsError(f"--model: {model}: a vision-language model of architecture "
+                            f"{kind!r}, which triode does not serve yet (vision "
+                            f"architectures: {', '.join(VISION_ARCHITECTURES)}; "
+                            "docs/media.md)")
+
+
+# ---- the trio side: prompts with images -------------------------------------------------
+
+@attrs.frozen
+class VisionPrompter:
+    """What rendering needs of the processor (no MLX): the image token, the image processor
+    and the rule for how many tokens an image becomes."""
+
+    image_token: str
+    image_token_id: int
+    processor: Any = attrs.field(eq=False, repr=False)
+
+    def tokens_for(self, height: int, width: int) -> int:
+        p = self.processor
+        n = (height // p.patch_size) * (width // p.patch_size) + \
+            int(getattr(p, "num_additional_image_tokens", 0) or 0)
+        if getattr(p, "vision_feature_select_strategy", None) == "default":
+            n -= 1
+        return int(n)
+
+    def expand(self, tokens: list[int], images: Sequence[dict[str, Any]]
+               ) -> tuple[list[int], tuple[ImageSpan, ...]]:
+        """`tokens` (one image token where the template put each image) with each image's
+        token run at its full length, and the images' processed pixels."""
+        import numpy as np
+
+        places = [i for i, t in enumerate(tokens) if t == self.image_token_id]
+        if len(places) != len(images):
+            raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
+                                 f"{len(images)} images", param="input", code="invalid_prompt")
+        out: list[int] = []
+        spans: list[ImageSpan] = []
+        last = 0
+        for place, image in zip(places, images):
+            pixels = self.pixels(image)
+            n = self.tokens_for(int(pixels.shape[-2]), int(pixels.shape[-1]))
+            out.extend(tokens[last:place])
+            digest = hashlib.sha256(np.ascontiguousarray(pixels).tobytes()
+                                    + repr(pixels.shape).encode()).hexdigest()
+            spans.append(ImageSpan(start=len(out), length=n, digest=digest, pixels=pixels))
+            out.extend([self.image_token_id] * n)
+            last = place + 1
+        out.extend(tokens[last:])
+        total = sum(span.length for span in spans)
+        if total > REQUEST_IMAGE_ROWS:
+            raise InvalidRequest(f"the input's images are {total} image tokens; at most "
+                                 f"{REQUEST_IMAGE_ROWS} fit in one request", param="input")
+        return out, tuple(spans)
+
+    def pixels(self, image: dict[str, Any]) -> Any:
+        """An image part's processed pixels (numpy, [1, channels, height, width])."""
+        from PIL import Image
+
+        data = parse_data_url(image["image_url"], MAX_DATA_URL_BYTES).data
+        with Image.open(io.BytesIO(data)) as img:
+            img.seek(0)
+            rgb = img.convert("RGB")
+        limit = DETAIL_PIXELS.get(image.get("detail") or "auto")
+        if limit is not None and rgb.width * rgb.height > limit:
+            scale = (limit / (rgb.width * rgb.height)) ** 0.5
+            rgb = rgb.resize((max(1, int(rgb.width * scale)), max(1, int(rgb.height * scale))),
+                             Image.Resampling.BICUBIC)
+        return self.processor.image_processor(images=[rgb], return_tensors="np")[
+            "pixel_values"]
+
+
+def prompter_of(tokenizer: Any) -> VisionPrompter | None:
+    """The prompter a vision model's tokenizer carries (None for a text model)."""
+    prompter = getattr(tokenizer, "_triode_vision", None)
+    return prompter if isinstance(prompter, VisionPrompter) else None
+
+
+# ---- the engine side --------------------------------------------------------------------
+
+class ImageRows:
+    """A ring of image feature rows and the images they hold, by digest. Virtual ids are
+    `first + serial`, serials never reused; a row serial s lives at s % capacity until
+    `capacity` more rows are written."""
+
+    def __init__(self, first: int, capacity: int = IMAGE_ROWS, start: int | None = None):
+        self.first = first
+        self.capacity = capacity
+        self.table: Any = None
+        # Serials start at a random point of the id space (a multiple of the capacity, so
+        # rows still start at 0): KV caches --prompt-cache-dir kept from another process
+        # hold that process's virtual ids, which must not name this one's images.
+        span = max(1, (2**31 - 1 - first) // capacity - 2)
+        self.next = (secrets.randbelow(span // 2) if start is None else start) * capacity
+        self.known: OrderedDict[str, int] = OrderedDict()   # digest → serial of its row 0
+        self.computed = 0     # images run through the vision tower (statistics, tests)
+
+    def place(self, span: ImageSpan, features: Any) -> int:
+        """Writes an image's feature rows ([length, hidden]); returns its first serial."""
+        import mlx.core as mx
+
+        if span.length > self.capacity:
+            raise ValueError(f"an image of {span.length} tokens does not fit the "
+                             f"{self.capacity} image rows")
+        if self.table is None:
+            self.table = mx.zeros((self.capacity, features.shape[-1]), dtype=features.dtype)
+        base = self.next
+        self.next += span.length
+        rows = mx.arange(base, base + span.length) % self.capacity
+        self.table[rows] = features.astype(self.table.dtype)
+        mx.eval(self.table)
+        self.known[span.digest] = base
+        self.known.move_to_end(span.digest)
+        while self.known and next(iter(self.known.values())) < self.next - self.capacity // 2:
+            self.known.popitem(last=False)
+        return base
+
+    def serial(self, span: ImageSpan) -> int | None:
+        """The first serial of an image's rows, if it has rows in the newer half of the
+        ring: rows about to be overwritten are not reused (the image is placed again, under
+        new ids), so a prompt's rows outlive its prefill by half the ring."""
+        base = self.known.get(span.digest)
+        if base is None or base < self.next - self.capacity // 2:
+            return None
+        self.known.move_to_end(span.digest)
+        return base
+
+
+class ImageEmbedding:
+    """Mixed into the language model's embedding layer (its class swapped, its weights
+    untouched): ids past the vocabulary are looked up in the image rows."""
+
+    _triode_rows: ImageRows
+
+    def __call__(self, ids: Any) -> Any:
+        import mlx.core as mx
+
+        rows = self._triode_rows
+        base = super().__call__(mx.where(ids >= rows.first, 0, ids))  # type: ignore[misc]
+        if rows.table is None:
+            return base
+        virtual = ids >= rows.first
+        picked = rows.table[mx.maximum(ids - rows.first, 0) % rows.capacity]
+        return mx.where(virtual[..., None], picked.astype(base.dtype), base)
+
+
+@attrs.define
+class Vision:
+    """The engine's half of a vision model: mlx-vlm's model (its vision tower and projector
+    are used), the image rows, and the prompter handed to the trio side."""
+
+    model: Any
+    rows: ImageRows
+    prompter: VisionPrompter
+    image_token_id: int
+
+    def place(self, prompt: list[int], images: Sequence[ImageSpan]) -> list[int]:
+        """The prompt with each image's tokens replaced by its rows' virtual ids, running the
+        vision tower for images not in the rows (engine thread)."""
+        import mlx.core as mx
+
+        out = list(prompt)
+        for span in images:
+            base = self.rows.serial(span)
+            if base is None:
+                ids = mx.array([[self.image_token_id] * span.length])
+                embedded = self.model.get_input_embeddings(ids, mx.array(span.pixels))
+                base = self.rows.place(span, embedded.inputs_embeds[0])
+                self.rows.computed += 1
+            first = self.rows.first + base
+            out[span.start:span.start + span.length] = range(first, first + span.length)
+        return out
+
+
+    def placed(self, cmd: Any) -> Any:
+        """An engine Insert whose prompt has its images' virtual ids (`place`); its images
+        stay on the request (its logits processors are wrapped by them)."""
+        request = cmd.request
+        return attrs.evolve(cmd, request=attrs.evolve(
+            request, prompt=self.place(list(request.prompt), request.images)))
+
+    def text_context(self, processor: Any) -> Any:
+        """A logits processor that sees image tokens as the model's image token, not as the
+        virtual ids it could not index logits with (mlx-lm's repetition penalty indexes the
+        logits by the last 20 tokens of the context, prompt included)."""
+        import mlx.core as mx
+
+        first, image = self.rows.first, self.image_token_id
+
+        def process(tokens: Any, logits: Any) -> Any:
+            return processor(mx.where(tokens >= first, image, tokens), logits)
+
+        return process
+
+
+def load_vision(model: str) -> tuple[Any, Any, Vision]:
+    """mlx-vlm's model and processor, the language model as mlx-lm's class over the same
+    weights (with image rows in its embedding), and mlx-lm's tokenizer carrying the prompter."""
+    import mlx.nn
+    from mlx.utils import tree_flatten
+    from mlx_lm import utils as lm_utils
+    from mlx_vlm import utils as vlm_utils
+
+    nn: Any = mlx.nn
+    load_tokenizer: Any = lm_utils.load_tokenizer
+    _get_classes: Any = lm_utils._get_classes
+    get_model_path: Any = vlm_utils.get_model_path
+    vlm: Any
+    processor: Any
+    vlm, processor = vlm_utils.load(model)
+    path = Path(get_model_path(model)) if not Path(model).is_dir() else Path(model)
+    config = json.loads((path / "config.json").read_text())
+    text_config = dataclasses.asdict(vlm.config.text_config)
+    text_config.setdefault("vocab_size", config.get("vocab_size"))
+    model_class, args_class = _get_classes(text_config)
+    lm = model_class(args_class.from_dict(text_config))
+    weights = dict(tree_flatten(vlm.language_model.parameters()))
+    quantization = config.get("quantization")
+    if quantization:
+        nn.quantize(lm, group_size=quantization["group_size"], bits=quantization["bits"],
+                    class_predicate=lambda p, m: f"{p}.scales" in weights)
+    try:
+        lm.load_weights(list(weights.items()), strict=True)
+    except ValueError as exc:
+        raise SettingsError(f"--model: {model}: its language model does not load as "
+                            f"mlx-lm's {text_config.get('model_type')!r}: {exc}") from None
+    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = getattr(processor, "chat_template", None)
+    image_token_id = int(config.get("image_token_index", processor.image_token_id))
+    rows = ImageRows(first=max(int(text_config["vocab_size"]), len(tokenizer.vocab)))
+    embedding = lm.model.embed_tokens
+    embedding.__class__ = type(f"Image{type(embedding).__name__}",
+                               (ImageEmbedding, type(embedding)), {})
+    embedding._triode_rows = rows
+    prompter = VisionPrompter(processor.image_token, image_token_id, processor)
+    tokenizer._triode_vision = prompter
+    return lm, tokenizer, Vision(vlm, rows, prompter, image_token_id)
