@@ -153,6 +153,24 @@ def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
         check_model(str(tmp_path))
 
 
+def test_a_vision_model_without_mlx_vlm_installed_is_a_startup_error(tmp_path, monkeypatch):
+    """mlx-vlm is the `vision` extra: without it a LLaVA directory is a one-line
+    SettingsError naming --model and the extra, not an ImportError mid-load."""
+    import importlib.util
+    import json
+
+    from triode.errors import SettingsError
+    from triode.model.loading import check_model
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "llava", "vision_config": {}, "text_config": {}}))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mlx_vlm" else real(name, *a))
+    with pytest.raises(SettingsError, match=r"--model.*mlx-vlm.*triode\[vision\]"):
+        check_model(str(tmp_path))
+
+
 def test_a_request_s_image_tokens_are_limited_exactly(loaded, monkeypatch):
     """Image tokens exactly at the per-request limit render; one image more is a 400."""
     from triode.errors import InvalidRequest

@@ -83,6 +83,12 @@ def check_vision(config: dict[str, Any], model: str) -> None:
                             f"{kind!r}, which triode does not serve yet (vision "
                             f"architectures: {', '.join(VISION_ARCHITECTURES)}; "
                             "docs/media.md)")
+    import importlib.util
+
+    if importlib.util.find_spec("mlx_vlm") is None:
+        raise SettingsError(f"--model: {model}: a vision-language model needs mlx-vlm, "
+                            "which is not installed (pip install 'triode[vision]'; "
+                            "docs/media.md)")
 
 
 # ---- the trio side: prompts with images -------------------------------------------------
