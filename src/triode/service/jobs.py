@@ -258,6 +258,18 @@ class RemoteJob:
                             output=[], usage=usage())
 
     async def _poll(self) -> None:
+        if await self._read_to_the_end():
+            return
+        if await self._board.owner(self.key) is None:
+            record = await self._reread()
+            if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
+                # The owner appends its last events before it lets go: read once more, or
+                # a terminal event appended since the read above would never be followed.
+                if not await self._read_to_the_end():
+                    self._final = record["response"]
+
+    async def _read_to_the_end(self) -> bool:
+        """Reads the board's new events; whether a terminal one is among them (then final)."""
         more = await self._board.events(self.key, self._last)
         if more:
             self._last = more[-1][0]
@@ -265,11 +277,8 @@ class RemoteJob:
         for event in self._events:
             if event["type"] in TERMINAL_EVENTS:
                 self._final = event["response"]
-                return
-        if await self._board.owner(self.key) is None:
-            record = await self._reread()
-            if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
-                self._final = record["response"]
+                return True
+        return False
 
     async def wait(self) -> ResponseObject:
         while self._final is None:
