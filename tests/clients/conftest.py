@@ -8,9 +8,11 @@ metrics, plugin sync and analytics (codex/config.toml), and the Agents SDK's tra
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,25 @@ def _installed(digest: str) -> bool:
             and all((NODE_MODULES / name / "package.json").is_file() for name in NODE_PACKAGES))
 
 
+def _npm_ci(npm: str, digest: str) -> None:
+    started = time.monotonic()
+    try:
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                              cwd=HERE, capture_output=True, text=True,
+                              timeout=NPM_CI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`npm ci` in {HERE} did not finish in {NPM_CI_TIMEOUT:.0f} s",
+                    pytrace=False)
+    if done.returncode != 0:
+        pytest.fail(f"`npm ci` in {HERE} failed ({done.returncode}):\n"
+                    f"{done.stdout}\n{done.stderr}", pytrace=False)
+    STAMP.write_text(digest + "\n")
+    _install_report.append(f"tests/clients: `npm ci` installed the pinned clients in "
+                           f"{time.monotonic() - started:.1f} s")
+    if not _installed(digest):
+        pytest.fail(f"`npm ci` in {HERE} did not install {CODEX_JS}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def node_clients() -> NodeClients:
     """node + the pinned npm packages; `npm ci` when node_modules is missing or stale.
@@ -65,23 +86,13 @@ def node_clients() -> NodeClients:
                     "cannot be found: install Node.js so that `npm ci` can install the pinned "
                     "clients of tests/clients/package-lock.json", pytrace=False)
     digest = _lock_digest()
-    if not _installed(digest):
-        started = time.monotonic()
-        try:
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                                  cwd=HERE, capture_output=True, text=True,
-                                  timeout=NPM_CI_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`npm ci` in {HERE} did not finish in {NPM_CI_TIMEOUT:.0f} s",
-                        pytrace=False)
-        if done.returncode != 0:
-            pytest.fail(f"`npm ci` in {HERE} failed ({done.returncode}):\n"
-                        f"{done.stdout}\n{done.stderr}", pytrace=False)
-        STAMP.write_text(digest + "\n")
-        _install_report.append(f"tests/clients: `npm ci` installed the pinned clients in "
-                               f"{time.monotonic() - started:.1f} s")
+    # The tests run in two worker processes (pytest-xdist): one installs, the other waits on
+    # the lock and then finds the stamp.
+    lock_name = f"triode-npm-ci-{hashlib.sha256(str(HERE).encode()).hexdigest()[:16]}.lock"
+    with open(Path(tempfile.gettempdir()) / lock_name, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not _installed(digest):
-            pytest.fail(f"`npm ci` in {HERE} did not install {CODEX_JS}", pytrace=False)
+            _npm_ci(npm, digest)
     return NodeClients(node=node, codex=[node, str(CODEX_JS)], scripts=HERE / "ts")
 
 

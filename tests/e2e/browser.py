@@ -9,6 +9,7 @@ tests fail saying why, they never skip.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -24,12 +25,22 @@ PHONE = {"width": 390, "height": 844}
 
 
 def ensure_chromium() -> Path:
-    """The Chromium binary, installed with apt-get first if it is missing."""
+    """The Chromium binary, installed with apt-get first if it is missing. The tests run in
+    two worker processes (pytest-xdist): the first to get here installs, under a file lock,
+    and the other waits for it instead of meeting dpkg's own lock."""
     if CHROMIUM.exists():
         return CHROMIUM
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise RuntimeError(f"{CHROMIUM} is missing and cannot be installed here (needs root "
                            "and apt-get): install Debian's `chromium` package")
+    with open(Path(tempfile.gettempdir()) / "triode-tests-chromium.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not CHROMIUM.exists():
+            _install()
+    return CHROMIUM
+
+
+def _install() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -38,7 +49,6 @@ def ensure_chromium() -> Path:
                                f"{done.stderr[-2000:]}")
     if not CHROMIUM.exists():
         raise RuntimeError(f"apt-get installed chromium, but {CHROMIUM} is still missing")
-    return CHROMIUM
 
 
 @contextlib.contextmanager
