@@ -319,3 +319,19 @@ def test_a_request_s_image_tokens_are_limited_exactly(loaded, fixture, monkeypat
     assert len(expand(2)[1]) == 2
     with pytest.raises(InvalidRequest, match="32 fit in one request"):
         expand(3)
+
+
+def test_a_gemma3_whose_processor_and_model_disagree_on_image_tokens_is_refused(
+        tmp_path_factory):
+    """A Gemma 3 directory whose processor would write another number of soft tokens than
+    the projector gives rows is a SettingsError naming --model, at load."""
+    import json
+
+    from triode.errors import SettingsError
+
+    directory = gemma3_vlm.build(tmp_path_factory.mktemp("gemma3-mismatch"))
+    path = directory / "processor_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "image_seq_length": 2 * gemma3_vlm.IMAGE_TOKENS}))
+    with pytest.raises(SettingsError, match=r"--model.*image_seq_length \(32\).*\(16\)"):
+        load_vision(str(directory))

@@ -127,11 +127,14 @@ def _gemma3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     """Gemma 3: `<start_of_image>` becomes `\\n\\n<start_of_image>`, `mm_tokens_per_image`
     `<image_soft_token>`s (the vision tower's patches average-pooled to that many, whatever
     the image) and `<end_of_image>\\n\\n`, as mlx-vlm's Gemma3Processor writes it."""
-    text = config.get("text_config") or {}
-    n = int(config.get("mm_tokens_per_image", text.get("mm_tokens_per_image", 256)))
-    if int(processor.image_seq_length) != n:
-        raise SettingsError(f"the processor's image_seq_length ({processor.image_seq_length}) "
-                            f"is not the model's mm_tokens_per_image ({n})")
+    # mlx-vlm's projector pools to its text config's count (256 when it has none).
+    n = int((config.get("text_config") or {}).get("mm_tokens_per_image", 256))
+    for name, other in (("config.json's mm_tokens_per_image",
+                         config.get("mm_tokens_per_image", n)),
+                        ("the processor's image_seq_length", processor.image_seq_length)):
+        if int(other) != n:
+            raise SettingsError(f"{name} ({other}) is not the language model's "
+                                f"mm_tokens_per_image ({n})")
     return ImageFormat(processor.boi_token, processor.image_token,
                        int(config.get("image_token_index", processor.image_token_id)),
                        lambda height, width: n, before=f"\n\n{processor.boi_token}",
@@ -155,8 +158,8 @@ def _gemma3_text_args(config: dict[str, Any]) -> dict[str, Any]:
 # the rows hold what get_input_embeddings gives, so no architecture scales anything here.
 ARCHITECTURES: dict[str, Architecture] = {
     "llava": Architecture(_llava_format),
-    # Pan-and-scan (extra crops of one image, off in the released models' configs) is not
-    # served: an image is its one resized view.
+    # Pan-and-scan (extra crops of one image, off unless a preprocessor config turns it on)
+    # is not served: an image is its one resized view.
     "gemma3": Architecture(_gemma3_format, _gemma3_text_args, {"do_pan_and_scan": False}),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
