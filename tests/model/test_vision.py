@@ -157,6 +157,24 @@ def test_image_rows_give_mlx_vlm_s_own_logits(loaded, family):
     assert not mx.allclose(ours, lm(mx.array([vision.place(tokens, other)])), atol=1e-2).item()
 
 
+def test_a_quantized_gemma3_gives_mlx_vlm_s_own_logits(tmp_path_factory):
+    """Gemma 3 quantized by mlx-vlm's converter (4 bits; its tied output layer and its
+    embedding quantized too): the rebuilt model, its embedding a quantized one with image
+    rows, still computes mlx-vlm's own logits."""
+    from mlx_vlm.convert import convert
+
+    source = gemma3_vlm.build(tmp_path_factory.mktemp("gemma3-source"))
+    target = tmp_path_factory.mktemp("gemma3-q4") / "model"
+    convert(str(source), str(target), quantize=True, q_bits=4, q_group_size=32)
+    lm, tokenizer, vision = load_vision(str(target))
+    assert type(lm.lm_head).__name__ == "QuantizedLinear"
+    assert type(lm.model.embed_tokens).__name__ == "ImageQuantizedEmbedding"
+    tokens, spans = image_prompt(tokenizer)
+    ours = lm(mx.array([vision.place(tokens, spans)]))
+    theirs = gemma3_logits(vision.model, mx.array([tokens]), mx.array(spans[0].pixels))
+    assert mx.allclose(ours, theirs, atol=1e-4).item()
+
+
 def test_gemma3_rows_are_its_features_over_sqrt_hidden(tmp_path_factory):
     """Gemma 3's rows are the projector's features divided by sqrt(hidden): mlx-lm's
     gemma3_text multiplies every embedding (rows included) by sqrt(hidden) after the
