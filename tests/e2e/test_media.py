@@ -355,6 +355,52 @@ def test_images_and_text_requests_run_together(vlm):
     assert len(counts) == 2
 
 
+# ---- Gemma 3 (tests/fixtures/gemma3_vlm.py: mlx-vlm's gemma3, random weights) ---------------
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    from ..fixtures import gemma3_vlm
+
+    directory = gemma3_vlm.build(tmp_path_factory.mktemp("gemma3"))
+    with run_server("--model", str(directory), "--model-alias", "gemma3") as s:
+        yield s
+
+
+def test_a_gemma3_image_request_counts_the_image_and_the_next_turn_reuses_it(gemma3):
+    """On Gemma 3 an image answers 200; input_tokens counts its 16 soft tokens and the two
+    markers around them (as the counting endpoint does); the chain's next turn is served
+    from the prompt cache past the image. The fixture's sliding window (16 tokens) is shorter
+    than the prompt, so its sliding layer's cache cannot be trimmed back: the next turn
+    reuses the first turn's whole sequence when it extends it (the answer re-rendered as the
+    tokens generated), else the snapshot kept at the end of the first turn's user message,
+    all of its prompt but the generation prompt (`<start_of_turn>model\\n`, 3 tokens)."""
+    from ..fixtures.gemma3_vlm import IMAGE_TOKENS, SLIDING_WINDOW
+
+    def ask(*parts: dict) -> httpx.Response:
+        return gemma3.http.post("/v1/responses", json={
+            "model": "gemma3", "max_output_tokens": 4, "temperature": 0,
+            "input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "What is in the image?"}, *parts]}]})
+
+    text_only = ask()
+    assert text_only.status_code == 200, text_only.text
+    first = ask(png(seed=50))
+    assert first.status_code == 200, first.text
+    used = first.json()["usage"]
+    assert used["input_tokens"] >= text_only.json()["usage"]["input_tokens"] + IMAGE_TOKENS + 2
+    assert used["input_tokens"] > SLIDING_WINDOW
+    counted = gemma3.http.post("/v1/responses/input_tokens", json={
+        "model": "gemma3", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "What is in the image?"}, png(seed=50)]}]})
+    assert counted.json()["input_tokens"] == used["input_tokens"]
+    second = gemma3.http.post("/v1/responses", json={
+        "model": "gemma3", "max_output_tokens": 4, "previous_response_id": first.json()["id"],
+        "input": "And the colours?"})
+    assert second.status_code == 200, second.text
+    cached = second.json()["usage"]["input_tokens_details"]["cached_tokens"]
+    assert cached >= used["input_tokens"] - 3 > IMAGE_TOKENS
+
+
 @pytest.mark.parametrize("part, param, reason", [
     (png(width=64, height=64), None, None),                 # exactly --media-max-pixels
     (png(width=65, height=64), "input[0].content[1].image_url", f"limit is {PIXELS}"),

@@ -1,7 +1,9 @@
-"""A vision model served as text model + image rows (model/vision.py), on the fixture LLaVA
-(tests/fixtures/vlm.py): the rebuilt mlx-lm language model with an image's rows computes
-mlx-vlm's own logits, images are keyed by content, and batched prefill of an image prompt
-beside a text prompt gives each its own unbatched result."""
+"""A vision model served as text model + image rows (model/vision.py), on each fixture
+vision model (LLaVA-1.5, tests/fixtures/vlm.py; Gemma 3, tests/fixtures/gemma3_vlm.py): an
+image is the run of tokens mlx-vlm's processor makes of it, the rebuilt mlx-lm language
+model with an image's rows computes mlx-vlm's own logits, images are keyed by content, and
+batched prefill of an image prompt beside a text prompt gives each its own unbatched
+result."""
 
 from __future__ import annotations
 
@@ -9,45 +11,187 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from ..fixtures import vlm  # noqa: E402
+from ..fixtures import gemma3_vlm, vlm  # noqa: E402
 from ..fixtures.media import data_url, image_bytes  # noqa: E402
 from triode.model.vision import ImageRows, load_vision, prompter_of  # noqa: E402
 
 
+def llava_logits(model, ids, pixels):
+    """mlx-vlm's LLaVA forward pass (its generation's, with the processor's pixels)."""
+    return model(ids, pixels, mask=None).logits
+
+
+def gemma3_logits(model, ids, pixels):
+    """mlx-vlm's Gemma 3 generation: get_input_embeddings with the processor's attention
+    mask, then the language model over those embeddings with its own caches and no mask
+    (its causal sliding-window and global masks), as mlx_vlm.generate's prefill does.
+    (`Model.__call__` passes get_input_embeddings' 4-D mask instead, which masks nothing:
+    not what generation computes.)"""
+    embedded = model.get_input_embeddings(ids, pixels, mask=mx.ones(ids.shape))
+    return model.language_model(ids, inputs_embeds=embedded.inputs_embeds,
+                                cache=model.language_model.make_cache()).logits
+
+
+FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits)}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    return load_vision(str(vlm.build(tmp_path_factory.mktemp("llava"))))
+def loaded(family, tmp_path_factory):
+    fixture, _ = FAMILIES[family]
+    return load_vision(str(fixture.build(tmp_path_factory.mktemp(family))))
+
+
+@pytest.fixture(scope="module")
+def fixture(family):
+    return FAMILIES[family][0]
+
+
+def render(tokenizer, images: int = 1, text: str = "What is it?") -> str:
+    """The model's chat template over one user message: `images` images, then `text`."""
+    content = [{"type": "image"}] * images + [{"type": "text", "text": text}]
+    out: str = tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                             add_generation_prompt=True, tokenize=False)
+    return out
+
+
+def image_part(seed: int = 0, detail: str = "auto", width: int = 70, height: int = 50):
+    return {"type": "image", "image_url": data_url(image_bytes(width, height, seed=seed),
+                                                   "image/png"), "detail": detail}
 
 
 def image_prompt(tokenizer, seed: int = 0, detail: str = "auto"):
     prompter = prompter_of(tokenizer)
-    text = "USER: <image>\nWhat is it?\nASSISTANT:"
+    text = render(tokenizer)
     tokens = tokenizer.encode(text, add_special_tokens=False)
-    image = {"type": "image", "image_url": data_url(image_bytes(70, 50, seed=seed),
-                                                    "image/png"), "detail": detail}
-    return prompter.expand(tokens, [image])
+    return prompter.expand(tokens, [image_part(seed, detail)], text)
 
 
-def test_an_image_is_a_run_of_its_tokens(loaded):
-    """One `<image>` in the template becomes the processor's 16 tokens (4 x 4 patches)."""
+def test_an_image_is_a_run_of_its_tokens(loaded, fixture):
+    """One image in the template becomes the processor's 16 tokens (LLaVA: 4 x 4 patches;
+    Gemma 3: mm_tokens_per_image)."""
     _, tokenizer, vision = loaded
     tokens, [span] = image_prompt(tokenizer)
-    assert span.length == vlm.IMAGE_TOKENS
+    assert span.length == fixture.IMAGE_TOKENS
     assert tokens[span.start:span.start + span.length] == \
-        [vision.image_token_id] * vlm.IMAGE_TOKENS
-    assert tokens.count(vision.image_token_id) == vlm.IMAGE_TOKENS
+        [vision.image_token_id] * fixture.IMAGE_TOKENS
+    assert tokens.count(vision.image_token_id) == fixture.IMAGE_TOKENS
 
 
-def test_image_rows_give_mlx_vlm_s_own_logits(loaded):
+def test_images_are_tokenized_as_mlx_vlm_s_processor_does(loaded):
+    """Two images of other sizes: the prompt's tokens are those mlx-vlm's processor makes
+    of the rendered text and the images, and each image's pixels are the processor's."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    _, tokenizer, _ = loaded
+    prompter = prompter_of(tokenizer)
+    text = render(tokenizer, images=2)
+    sizes = [(70, 50), (30, 90)]
+    parts = [image_part(seed=8 + i, width=w, height=h) for i, (w, h) in enumerate(sizes)]
+    tokens, spans = prompter.expand(tokenizer.encode(text, add_special_tokens=False),
+                                    parts, text)
+    images = [Image.open(io.BytesIO(image_bytes(w, h, seed=8 + i))).convert("RGB")
+              for i, (w, h) in enumerate(sizes)]
+    theirs = prompter.processor(text=text, images=images)
+    assert tokens == np.array(theirs["input_ids"])[0].tolist()
+    assert len(spans) == 2 and spans[0].start + spans[0].length < spans[1].start
+    pixels = np.array(theirs["pixel_values"])
+    for i, span in enumerate(spans):
+        assert np.array_equal(span.pixels[0], pixels[i])
+
+
+def test_a_gemma3_image_is_its_soft_tokens_between_its_markers(tmp_path_factory):
+    """Gemma 3's `<start_of_image>` becomes a blank line, `<start_of_image>`, the
+    `<image_soft_token>`s, `<end_of_image>` and a blank line, the newlines tokenized with
+    the template's own beside them (the fixture's vocabulary, like Gemma's, merges runs of
+    newlines); only the soft tokens are the image's rows."""
+    _, tokenizer, vision = load_vision(str(gemma3_vlm.build(
+        tmp_path_factory.mktemp("gemma3-markers"))))
+    tokens, [span] = image_prompt(tokenizer)
+    ids = tokenizer.convert_tokens_to_ids
+    start, end = span.start, span.start + span.length
+    assert vision.image_token_id == ids("<image_soft_token>")
+    assert tokens[start - 1] == ids("<start_of_image>") and tokens[end] == ids("<end_of_image>")
+    assert tokens.count(ids("<start_of_image>")) == tokens.count(ids("<end_of_image>")) == 1
+    assert tokenizer.decode(tokens[:start - 1]).endswith("<start_of_turn>user\n\n\n")
+    assert tokenizer.decode(tokens[end + 1:]).startswith("\n\nWhat is it?<end_of_turn>")
+    newlines = tokenizer.encode("\n\n", add_special_tokens=False)
+    assert len(newlines) == 1 and tokens[start - 3:start - 1] == \
+        tokenizer.encode("\n\n\n", add_special_tokens=False) != [ids("\u010a")] + newlines
+
+
+def test_a_prompt_whose_text_holds_image_tokens_is_refused(loaded):
+    """Image tokens the input's text holds itself would be taken for an image's rows: the
+    request is a 400 (LLaVA: one `<image>` too many for its images; Gemma 3: soft tokens
+    outside the image's run)."""
+    from triode.errors import InvalidRequest
+
+    _, tokenizer, vision = loaded
+    prompter = prompter_of(tokenizer)
+    text = render(tokenizer, text=f"What is {vision.prompter.image_token}?")
+    with pytest.raises(InvalidRequest, match="image token"):
+        prompter.expand(tokenizer.encode(text, add_special_tokens=False), [image_part()],
+                        text)
+
+
+def test_image_rows_give_mlx_vlm_s_own_logits(loaded, family):
     """The mlx-lm language model over the prompt with virtual ids computes what mlx-vlm's
-    LLaVA forward pass computes from the image tokens and pixels."""
+    own generation computes from the image tokens and pixels; another image gives other
+    logits (the image's features matter, not only its tokens)."""
     lm, tokenizer, vision = loaded
+    reference = FAMILIES[family][1]
     tokens, spans = image_prompt(tokenizer)
-    placed = vision.place(tokens, spans)
-    ours = lm(mx.array([placed]))
-    theirs = vision.model(mx.array([tokens]), mx.array(spans[0].pixels), mask=None).logits
+    ours = lm(mx.array([vision.place(tokens, spans)]))
+    theirs = reference(vision.model, mx.array([tokens]), mx.array(spans[0].pixels))
     assert mx.allclose(ours, theirs, atol=1e-4).item()
     assert not mx.allclose(ours, lm(mx.array([tokens])), atol=1e-2).item()  # the image matters
+    other_tokens, other = image_prompt(tokenizer, seed=4)
+    assert other_tokens == tokens
+    assert not mx.allclose(ours, lm(mx.array([vision.place(tokens, other)])), atol=1e-2).item()
+
+
+def test_a_quantized_gemma3_gives_mlx_vlm_s_own_logits(tmp_path_factory):
+    """Gemma 3 quantized by mlx-vlm's converter (4 bits; its tied output layer and its
+    embedding quantized too): the rebuilt model, its embedding a quantized one with image
+    rows, still computes mlx-vlm's own logits."""
+    from mlx_vlm.convert import convert
+
+    source = gemma3_vlm.build(tmp_path_factory.mktemp("gemma3-source"))
+    target = tmp_path_factory.mktemp("gemma3-q4") / "model"
+    convert(str(source), str(target), quantize=True, q_bits=4, q_group_size=32)
+    lm, tokenizer, vision = load_vision(str(target))
+    assert type(lm.lm_head).__name__ == "QuantizedLinear"
+    assert type(lm.model.embed_tokens).__name__ == "ImageQuantizedEmbedding"
+    tokens, spans = image_prompt(tokenizer)
+    ours = lm(mx.array([vision.place(tokens, spans)]))
+    theirs = gemma3_logits(vision.model, mx.array([tokens]), mx.array(spans[0].pixels))
+    assert mx.allclose(ours, theirs, atol=1e-4).item()
+
+
+def test_gemma3_rows_are_its_features_over_sqrt_hidden(tmp_path_factory):
+    """Gemma 3's rows are the projector's features divided by sqrt(hidden): mlx-lm's
+    gemma3_text multiplies every embedding (rows included) by sqrt(hidden) after the
+    lookup, as mlx-vlm's language model does with its input embeddings."""
+    _, tokenizer, vision = load_vision(str(gemma3_vlm.build(
+        tmp_path_factory.mktemp("gemma3-scale"))))
+    tokens, [span] = image_prompt(tokenizer)
+    placed = vision.place(tokens, [span])
+    model = vision.model
+    hidden, _, _ = model.vision_tower(mx.array(span.pixels).transpose(0, 2, 3, 1),
+                                      output_hidden_states=True)
+    features = model.multi_modal_projector(hidden)[0]
+    serials = mx.array(placed[span.start:span.start + span.length]) - vision.rows.first
+    rows = vision.rows.table[serials % vision.rows.capacity]
+    width = gemma3_vlm.TEXT["hidden_size"]
+    assert mx.allclose(rows, features / width ** 0.5, atol=1e-6).item()
+    assert mx.abs(features).max().item() > 0.1   # not a projection that sums to nothing
 
 
 def test_images_are_keyed_by_content(loaded):
@@ -92,7 +236,9 @@ def test_an_image_prompt_batched_with_a_text_prompt(loaded):
     lm, tokenizer, vision = loaded
     tokens, spans = image_prompt(tokenizer, seed=3)
     image = vision.place(tokens, spans)
-    text = tokenizer.encode("USER: hello there\nASSISTANT:", add_special_tokens=False)
+    text = tokenizer.encode(tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hello there"}], add_generation_prompt=True,
+        tokenize=False), add_special_tokens=False)
     greedy = make_sampler(temp=0.0)
 
     def generate(prompts):
@@ -125,17 +271,19 @@ def test_logits_processors_see_the_image_token_not_virtual_ids(loaded):
     assert max(placed) >= vision.rows.first
 
 
-def test_detail_low_shrinks_the_image_before_the_processor(loaded):
-    """`detail: low` starts the processor from at most 512 x 512 pixels: LLaVA's one
-    resolution gives the same token count, from other pixels (another content key)."""
+def test_detail_low_shrinks_the_image_before_the_processor(loaded, fixture):
+    """`detail: low` starts the processor from at most 512 x 512 pixels: LLaVA's and
+    Gemma 3's one resolution gives the same token count, from other pixels (another content
+    key)."""
     _, tokenizer, _ = loaded
     prompter = prompter_of(tokenizer)
     url = data_url(image_bytes(900, 700, seed=6), "image/png")
-    tokens = tokenizer.encode("USER: <image>\nhi\nASSISTANT:", add_special_tokens=False)
-    _, [auto] = prompter.expand(tokens, [{"image_url": url, "detail": "auto"}])
-    _, [high] = prompter.expand(tokens, [{"image_url": url, "detail": "high"}])
-    _, [low] = prompter.expand(tokens, [{"image_url": url, "detail": "low"}])
-    assert auto.length == low.length == vlm.IMAGE_TOKENS
+    text = render(tokenizer, text="hi")
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    _, [auto] = prompter.expand(tokens, [{"image_url": url, "detail": "auto"}], text)
+    _, [high] = prompter.expand(tokens, [{"image_url": url, "detail": "high"}], text)
+    _, [low] = prompter.expand(tokens, [{"image_url": url, "detail": "low"}], text)
+    assert auto.length == low.length == fixture.IMAGE_TOKENS
     assert auto.digest == high.digest != low.digest
 
 
@@ -149,7 +297,7 @@ def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
 
     (tmp_path / "config.json").write_text(json.dumps(
         {"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}))
-    with pytest.raises(SettingsError, match="--model.*'qwen2_vl'.*llava"):
+    with pytest.raises(SettingsError, match="--model.*'qwen2_vl'.*llava, gemma3"):
         check_model(str(tmp_path))
 
 
@@ -171,20 +319,37 @@ def test_a_vision_model_without_mlx_vlm_installed_is_a_startup_error(tmp_path, m
         check_model(str(tmp_path))
 
 
-def test_a_request_s_image_tokens_are_limited_exactly(loaded, monkeypatch):
+def test_a_request_s_image_tokens_are_limited_exactly(loaded, fixture, monkeypatch):
     """Image tokens exactly at the per-request limit render; one image more is a 400."""
     from triode.errors import InvalidRequest
     from triode.model import vision as module
 
-    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 2 * vlm.IMAGE_TOKENS)
+    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 2 * fixture.IMAGE_TOKENS)
     _, tokenizer, _ = loaded
     prompter = prompter_of(tokenizer)
     image = {"image_url": data_url(image_bytes(20, 20, seed=7), "image/png")}
 
     def expand(n):
-        text = "USER: " + "<image>\n" * n + "hi\nASSISTANT:"
-        return prompter.expand(tokenizer.encode(text, add_special_tokens=False), [image] * n)
+        text = render(tokenizer, images=n, text="hi")
+        return prompter.expand(tokenizer.encode(text, add_special_tokens=False), [image] * n,
+                               text)
 
     assert len(expand(2)[1]) == 2
     with pytest.raises(InvalidRequest, match="32 fit in one request"):
         expand(3)
+
+
+def test_a_gemma3_whose_processor_and_model_disagree_on_image_tokens_is_refused(
+        tmp_path_factory):
+    """A Gemma 3 directory whose processor would write another number of soft tokens than
+    the projector gives rows is a SettingsError naming --model, at load."""
+    import json
+
+    from triode.errors import SettingsError
+
+    directory = gemma3_vlm.build(tmp_path_factory.mktemp("gemma3-mismatch"))
+    path = directory / "processor_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "image_seq_length": 2 * gemma3_vlm.IMAGE_TOKENS}))
+    with pytest.raises(SettingsError, match=r"--model.*image_seq_length \(32\).*\(16\)"):
+        load_vision(str(directory))

@@ -151,7 +151,7 @@ class ModelHandle:
             prompter = prompter_of(self.tokenizer)
             if prompter is None:   # the media step refuses images for a text model first
                 raise InvalidRequest("this model does not take image input", param="input")
-            tokens, spans = prompter.expand(tokens, images)
+            tokens, spans = prompter.expand(tokens, images, text)
             return Rendered(tokens, text, spans)
 
         large = text_size(messages) + text_size(tools) > LARGE_RENDER_CHARS

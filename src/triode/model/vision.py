@@ -18,9 +18,11 @@ batched prefills and decode steps of any mix of requests need nothing special
 (docs/media.md).
 
 Only architectures whose language model places image features at the image tokens' positions
-with plain 1-D positions are listed: there the rebuilt mlx-lm model computes what mlx-vlm's
-own forward pass does (tests/model/test_vision.py compares them). M-RoPE models (Qwen2-VL
-and later) and models with bidirectional attention over image tokens are not.
+with plain 1-D positions and the causal masks of its text are listed (`ARCHITECTURES`, one
+small description each: how the template's image marker expands, how many tokens an image
+is, how mlx-vlm's text config reads as mlx-lm's): there the rebuilt mlx-lm model computes
+what mlx-vlm's own generation does (tests/model/test_vision.py compares them). M-RoPE
+models (Qwen2-VL and later) are not.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import secrets
 import json
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 
@@ -40,8 +42,6 @@ from ..errors import InvalidRequest, SettingsError
 from .media import DETAIL_PIXELS, parse_data_url
 from .request import ImageSpan
 
-# mlx-vlm architecture → how many image tokens an image of processed size (h, w) becomes.
-VISION_ARCHITECTURES = ("llava",)
 # Rows of image features the engine keeps (a ring): each image uses as many as it has tokens
 # (576 for LLaVA-1.5 at 336 px). 16384 rows of a 4096-wide bf16 model is 128 MiB.
 IMAGE_ROWS = 16384
@@ -75,6 +75,96 @@ def vision_config(model: str) -> dict[str, Any] | None:
     return config
 
 
+@attrs.frozen
+class ImageFormat:
+    """How one model's prompt holds an image. The chat template renders `marker` where an
+    image goes; the processor widens it into `before`, `count(height, width)` image tokens
+    (one per feature row: the tokens replaced by virtual ids) and `after`."""
+
+    marker: str
+    image_token: str
+    image_token_id: int
+    count: Callable[[int, int], int] = attrs.field(eq=False, repr=False)
+    before: str = ""
+    after: str = ""
+
+    @property
+    def in_context(self) -> bool:
+        """The expansion has text of its own, which the tokenizer may merge with the text
+        beside it (Gemma 3's blank lines): it is tokenized within the rendered text."""
+        return bool(self.before or self.after)
+
+
+@attrs.frozen
+class Architecture:
+    """What one served vision architecture differs in (the rest is shared)."""
+
+    # The image format, from mlx-vlm's processor and config.json.
+    image_format: Callable[[Any, dict[str, Any]], ImageFormat]
+    # mlx-vlm's text config (as a dict) → mlx-lm's model args for the same language model.
+    text_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: config
+    # Passed to the image processor for each image.
+    processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _llava_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
+    """LLaVA-1.5: `<image>` becomes one `<image>` per patch of the processed image, plus
+    `num_additional_image_tokens` (the CLS feature), minus one for the `default` feature
+    strategy (which drops it)."""
+    token = processor.image_token
+    extra = int(getattr(processor, "num_additional_image_tokens", 0) or 0) - \
+        int(getattr(processor, "vision_feature_select_strategy", None) == "default")
+
+    def count(height: int, width: int) -> int:
+        patch = processor.patch_size
+        return int((height // patch) * (width // patch) + extra)
+
+    return ImageFormat(token, token, int(config.get("image_token_index",
+                                                    processor.image_token_id)), count)
+
+
+def _gemma3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
+    """Gemma 3: `<start_of_image>` becomes `\\n\\n<start_of_image>`, `mm_tokens_per_image`
+    `<image_soft_token>`s (the vision tower's patches average-pooled to that many, whatever
+    the image) and `<end_of_image>\\n\\n`, as mlx-vlm's Gemma3Processor writes it."""
+    # mlx-vlm's projector pools to its text config's count (256 when it has none).
+    n = int((config.get("text_config") or {}).get("mm_tokens_per_image", 256))
+    for name, other in (("config.json's mm_tokens_per_image",
+                         config.get("mm_tokens_per_image", n)),
+                        ("the processor's image_seq_length", processor.image_seq_length)):
+        if int(other) != n:
+            raise SettingsError(f"{name} ({other}) is not the language model's "
+                                f"mm_tokens_per_image ({n})")
+    return ImageFormat(processor.boi_token, processor.image_token,
+                       int(config.get("image_token_index", processor.image_token_id)),
+                       lambda height, width: n, before=f"\n\n{processor.boi_token}",
+                       after=f"{processor.tokenizer.eoi_token}\n\n")
+
+
+def _gemma3_text_args(config: dict[str, Any]) -> dict[str, Any]:
+    """mlx-vlm's gemma3 language model is mlx-lm's gemma3_text (the same layers, sliding-
+    window and global; embeddings times sqrt(hidden)) with other names: its global layers'
+    RoPE base is `rope_global_base_freq`, mlx-lm's `rope_theta`."""
+    if config.get("rope_traditional"):
+        raise SettingsError("a Gemma 3 language model with traditional RoPE, which mlx-lm's "
+                            "gemma3_text does not compute")
+    return {**config, "model_type": "gemma3_text",
+            "rope_theta": config.get("rope_global_base_freq", 1_000_000.0)}
+
+
+# mlx-vlm architecture (config.json's model_type) → what triode does differently for it.
+# Gemma 3's image features reach the language model divided by sqrt(hidden) (mlx-vlm's
+# get_input_embeddings), which the language model multiplies back with every embedding:
+# the rows hold what get_input_embeddings gives, so no architecture scales anything here.
+ARCHITECTURES: dict[str, Architecture] = {
+    "llava": Architecture(_llava_format),
+    # Pan-and-scan (extra crops of one image, off unless a preprocessor config turns it on)
+    # is not served: an image is its one resized view.
+    "gemma3": Architecture(_gemma3_format, _gemma3_text_args, {"do_pan_and_scan": False}),
+}
+VISION_ARCHITECTURES = tuple(ARCHITECTURES)
+
+
 def check_vision(config: dict[str, Any], model: str) -> None:
     """A vision model triode cannot serve is a SettingsError naming --model."""
     kind = config.get("model_type")
@@ -95,49 +185,77 @@ def check_vision(config: dict[str, Any], model: str) -> None:
 
 @attrs.frozen
 class VisionPrompter:
-    """What rendering needs of the processor (no MLX): the image token, the image processor
-    and the rule for how many tokens an image becomes."""
+    """What rendering needs of the processor (no MLX): the model's image format and the
+    image processor."""
 
-    image_token: str
-    image_token_id: int
+    format: ImageFormat
     processor: Any = attrs.field(eq=False, repr=False)
+    processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def image_token(self) -> str:
+        return self.format.image_token
+
+    @property
+    def image_token_id(self) -> int:
+        return self.format.image_token_id
 
     def tokens_for(self, height: int, width: int) -> int:
-        p = self.processor
-        n = (height // p.patch_size) * (width // p.patch_size) + \
-            int(getattr(p, "num_additional_image_tokens", 0) or 0)
-        if getattr(p, "vision_feature_select_strategy", None) == "default":
-            n -= 1
-        return int(n)
+        return self.format.count(height, width)
 
-    def expand(self, tokens: list[int], images: Sequence[dict[str, Any]]
-               ) -> tuple[list[int], tuple[ImageSpan, ...]]:
-        """`tokens` (one image token where the template put each image) with each image's
-        token run at its full length, and the images' processed pixels."""
-        import numpy as np
-
-        places = [i for i, t in enumerate(tokens) if t == self.image_token_id]
+    def expand(self, tokens: list[int], images: Sequence[dict[str, Any]],
+               text: str | None = None) -> tuple[list[int], tuple[ImageSpan, ...]]:
+        """`tokens` (the tokenized `text`: one marker where the template put each image)
+        with each image's marker widened into its run of image tokens, and the images'
+        processed pixels. A format whose expansion has text of its own is tokenized within
+        `text`, as the model's processor does it, so `text` is needed then."""
+        fmt = self.format
+        marker_id = self.processor.tokenizer.convert_tokens_to_ids(fmt.marker) \
+            if fmt.marker != fmt.image_token else fmt.image_token_id
+        places = [i for i, t in enumerate(tokens) if t == marker_id]
         if len(places) != len(images):
             raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
                                  f"{len(images)} images", param="input", code="invalid_prompt")
-        out: list[int] = []
-        spans: list[ImageSpan] = []
-        last = 0
-        for place, image in zip(places, images):
-            pixels = self.pixels(image)
-            n = self.tokens_for(int(pixels.shape[-2]), int(pixels.shape[-1]))
-            out.extend(tokens[last:place])
-            digest = hashlib.sha256(np.ascontiguousarray(pixels).tobytes()
-                                    + repr(pixels.shape).encode()).hexdigest()
-            spans.append(ImageSpan(start=len(out), length=n, digest=digest, pixels=pixels))
-            out.extend([self.image_token_id] * n)
-            last = place + 1
-        out.extend(tokens[last:])
-        total = sum(span.length for span in spans)
+        pixels = [self.pixels(image) for image in images]
+        lengths = [self.tokens_for(int(p.shape[-2]), int(p.shape[-1])) for p in pixels]
+        total = sum(lengths)
         if total > REQUEST_IMAGE_ROWS:
             raise InvalidRequest(f"the input's images are {total} image tokens; at most "
                                  f"{REQUEST_IMAGE_ROWS} fit in one request", param="input")
+        if fmt.in_context:
+            if text is None:
+                raise ValueError(f"{fmt.marker!r} expands within the rendered text")
+            out = self._expand_text(text, lengths)
+        else:
+            out = []
+            last = 0
+            for place, n in zip(places, lengths):
+                out.extend(tokens[last:place])
+                out.extend([fmt.image_token_id] * n)
+                last = place + 1
+            out.extend(tokens[last:])
+        if out.count(fmt.image_token_id) != total:   # the text held image tokens of its own
+            raise InvalidRequest(f"the input's text holds the image token {fmt.image_token!r}",
+                                 param="input", code="invalid_prompt")
+        spans: list[ImageSpan] = []
+        at = 0
+        for p, n in zip(pixels, lengths):
+            start = out.index(fmt.image_token_id, at)
+            spans.append(ImageSpan(start=start, length=n, digest=digest(p), pixels=p))
+            at = start + n
         return out, tuple(spans)
+
+    def _expand_text(self, text: str, lengths: list[int]) -> list[int]:
+        fmt = self.format
+        parts = text.split(fmt.marker)
+        if len(parts) != len(lengths) + 1:
+            raise InvalidRequest(f"the chat template placed {len(parts) - 1} image markers "
+                                 f"for {len(lengths)} images", param="input",
+                                 code="invalid_prompt")
+        expanded = parts[0] + "".join(fmt.before + fmt.image_token * n + fmt.after + part
+                                      for n, part in zip(lengths, parts[1:]))
+        out: list[int] = self.processor.tokenizer.encode(expanded, add_special_tokens=False)
+        return out
 
     def pixels(self, image: dict[str, Any]) -> Any:
         """An image part's processed pixels (numpy, [1, channels, height, width])."""
@@ -152,8 +270,16 @@ class VisionPrompter:
             scale = (limit / (rgb.width * rgb.height)) ** 0.5
             rgb = rgb.resize((max(1, int(rgb.width * scale)), max(1, int(rgb.height * scale))),
                              Image.Resampling.BICUBIC)
-        return self.processor.image_processor(images=[rgb], return_tensors="np")[
-            "pixel_values"]
+        return self.processor.image_processor(images=[rgb], return_tensors="np",
+                                              **self.processor_kwargs)["pixel_values"]
+
+
+def digest(pixels: Any) -> str:
+    """An image's content key: its processed pixels and their shape."""
+    import numpy as np
+
+    return hashlib.sha256(np.ascontiguousarray(pixels).tobytes()
+                          + repr(pixels.shape).encode()).hexdigest()
 
 
 def prompter_of(tokenizer: Any) -> VisionPrompter | None:
@@ -249,8 +375,12 @@ class Vision:
         for span in images:
             base = self.rows.serial(span)
             if base is None:
+                # What mlx-vlm's generation puts into the language model's input
+                # embeddings at the image's tokens (its scaling included); the mask is the
+                # processor's attention mask (Gemma 3's embedding step reads it).
                 ids = mx.array([[self.image_token_id] * span.length])
-                embedded = self.model.get_input_embeddings(ids, mx.array(span.pixels))
+                embedded = self.model.get_input_embeddings(ids, mx.array(span.pixels),
+                                                           mask=mx.ones(ids.shape))
                 base = self.rows.place(span, embedded.inputs_embeds[0])
                 self.rows.computed += 1
             first = self.rows.first + base
@@ -296,8 +426,14 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
     vlm, processor = vlm_utils.load(model)
     path = Path(get_model_path(model)) if not Path(model).is_dir() else Path(model)
     config = json.loads((path / "config.json").read_text())
+    architecture = ARCHITECTURES[config["model_type"]]
     text_config = dataclasses.asdict(vlm.config.text_config)
     text_config.setdefault("vocab_size", config.get("vocab_size"))
+    try:
+        text_config = architecture.text_args(text_config)
+        image_format = architecture.image_format(processor, config)
+    except SettingsError as exc:
+        raise SettingsError(f"--model: {model}: {exc}") from None
     model_class, args_class = _get_classes(text_config)
     lm = model_class(args_class.from_dict(text_config))
     weights = dict(tree_flatten(vlm.language_model.parameters()))
@@ -313,12 +449,12 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
     tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = getattr(processor, "chat_template", None)
-    image_token_id = int(config.get("image_token_index", processor.image_token_id))
+    image_token_id = image_format.image_token_id
     rows = ImageRows(first=max(int(text_config["vocab_size"]), len(tokenizer.vocab)))
     embedding = lm.model.embed_tokens
     embedding.__class__ = type(f"Image{type(embedding).__name__}",
                                (ImageEmbedding, type(embedding)), {})
     embedding._triode_rows = rows
-    prompter = VisionPrompter(processor.image_token, image_token_id, processor)
+    prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs)
     tokenizer._triode_vision = prompter
     return lm, tokenizer, Vision(vlm, rows, prompter, image_token_id)
