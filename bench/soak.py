@@ -35,13 +35,14 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import trio
 import httpx
+
+import serving
 
 MODEL = "triode-tiny"
 KEY = "soak-key"
@@ -57,20 +58,9 @@ SERVER_LOG: list[str] = []
 
 
 def start() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "triode", "serve", "--port", "0",
-                             "--log-level", "warning", "--access-log", "off", "--api-key", KEY,
-                             "--write-timeout", "3", "--shutdown-timeout", "5"],
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            # Keep reading the server's stderr: a full pipe would block its logging, and with
-            # it the server; what it logged is checked at the end.
-            threading.Thread(target=lambda: SERVER_LOG.extend(proc.stderr or ()),
-                             daemon=True).start()
-            return proc, found.group(1)
-    raise RuntimeError("server did not start")
+    # What the server logs is checked at the end.
+    return serving.start("--access-log", "off", "--api-key", KEY, "--write-timeout", "3",
+                         "--shutdown-timeout", "5", log=SERVER_LOG)
 
 
 def rss_kib(pid: int) -> int:

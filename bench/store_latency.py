@@ -17,7 +17,6 @@ synchronous=full depends on that disk), removed at the end.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import statistics
 import subprocess
@@ -28,20 +27,14 @@ import uuid
 
 import httpx
 
+import serving
+
 MODEL = "triode-tiny"
 KINDS = ("create", "get", "chained")
 
 
 def start(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "triode", "serve", "--port", "0",
-                             "--log-level", "warning", "--access-log", "off", *flags],
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            return proc, found.group(1)
-    raise RuntimeError("server did not start")
+    return serving.start("--access-log", "off", *flags)
 
 
 def timed(client: httpx.Client, method: str, path: str, **kw: object) -> tuple[float, dict]:

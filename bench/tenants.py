@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import socket
 import statistics
 import subprocess
@@ -31,19 +30,13 @@ from urllib.parse import urlparse
 
 import httpx
 
+import serving
+
 MODEL = "triode-tiny"
 
 
 def start(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "triode", "serve", "--port", "0",
-                             "--log-level", "warning", "--access-log", "off", *flags],
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            return proc, found.group(1)
-    raise RuntimeError("server did not start")
+    return serving.start("--access-log", "off", *flags)
 
 
 def timed(client: httpx.Client, method: str, path: str, **kw: object) -> float:

@@ -16,30 +16,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
-import sys
 import threading
 import time
 
 import httpx
 
+import serving
+
 MODEL = "triode-tiny"
 
 
 def start() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "triode", "serve", "--port", "0",
-                             "--log-level", "warning", "--parallel", "4"],
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            threading.Thread(target=lambda: [None for _ in proc.stderr or ()],
-                             daemon=True).start()
-            return proc, found.group(1)
-    raise RuntimeError("triode did not start")
+    return serving.start("--parallel", "4")
 
 
 def cpu(pid: int) -> float:
