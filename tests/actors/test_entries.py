@@ -21,6 +21,8 @@ import pytest
 from triode.actors.entries import MemoryEntries, RedisEntries
 from triode.actors.sqlite import SqliteEntries
 
+from .two_handles import check_one_store
+
 KEYS = ["a", "b", "c", "d"]
 ITEM_IDS = ["i1", "i2", "i3"]
 values = st.lists(st.sampled_from([b"x" * 5, b"y" * 12, b"z" * 30, b"\x00\xff\"", b""]),
@@ -108,14 +110,7 @@ def test_server_clock_and_a_shared_store(redis_client, redis_prefix):
     see one store: one's put is the other's get, and the budgets count both."""
     one = RedisEntries(redis_client, redis_prefix, max_entries=2, max_bytes=1000, ttl_secs=60)
     two = RedisEntries(redis_client, redis_prefix, max_entries=2, max_bytes=1000, ttl_secs=60)
-    assert one.put("a", [b"1"], None, size=10, index=["item_a"])
-    assert two.get("a", None) == [b"1"]
-    assert two.find("item_a", None) == [b"1"]
-    assert two.put("b", [b"2"], None, size=10)
-    assert one.put("c", [b"3"], None, size=10)     # the third entry: "a" is the LRU one
-    assert one.get("a", None) is None and two.find("item_a", None) is None
-    stats = one.statistics()
-    assert (stats.entries, stats.bytes, stats.evictions.lru) == (2, 20, 1)
+    check_one_store(one, two)
     # The TTL is also Redis expiry on the value: a backstop for a store nobody sweeps.
     ttl_ms = redis_client.pttl("{" + redis_prefix + "}:v:b")
     assert 60_000 < ttl_ms <= 120_000

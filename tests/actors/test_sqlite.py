@@ -20,6 +20,8 @@ from triode.actors.store import ResponseStore, SqliteBackend
 from triode.errors import SettingsError, StoreUnavailable
 from triode.settings import SqliteLocation, sqlite_location
 
+from .two_handles import check_one_store
+
 
 def opened(path: Path, **kw) -> Database:
     db = Database(str(path), **kw)
@@ -48,14 +50,7 @@ def test_two_connections_share_one_store_on_the_wall_clock(tmp_path):
     one = SqliteEntries(a, "r", max_entries=2, max_bytes=1000, ttl_secs=60)
     two = SqliteEntries(b, "r", max_entries=2, max_bytes=1000, ttl_secs=60)
     before = time.time()
-    assert one.put("a", [b"1"], None, size=10, index=["item_a"])
-    assert two.get("a", None) == [b"1"]
-    assert two.find("item_a", None) == [b"1"]
-    assert two.put("b", [b"2"], None, size=10)
-    assert one.put("c", [b"3"], None, size=10)     # the third entry: "a" is the LRU one
-    assert one.get("a", None) is None and two.find("item_a", None) is None
-    stats = one.statistics()
-    assert (stats.entries, stats.bytes, stats.evictions.lru) == (2, 20, 1)
+    check_one_store(one, two)
     expiry = two.next_expiry()
     assert expiry is not None and before + 60 <= expiry <= time.time() + 60
     a.close()
