@@ -27,10 +27,12 @@ random-weight qwen3 with the bundled tokenizer, built in a temporary directory).
     .venv/bin/python bench/speculative.py --models bundled --streams 1,8 --workloads edit
     .venv/bin/python bench/speculative.py --models "" --server --repeat 5   # servers only
 
-Each row runs plain and speculative decoding alternately, --repeat times each (plain,
-speculative, plain, ...); each pair gives one ratio of speculative / plain tokens per second
-(the machine is noisy, so only ratios measured side by side mean anything), and the row
-shows their median and minimum. The Markdown table goes to stdout, progress to stderr.
+Each row runs --repeat pairs of runs, plain and speculative; within a pair the two ways
+take the prompts a group of C at a time, alternately (plain then speculative on the first
+group, speculative then plain on the next, ...), each on its own generator kept for the
+whole run. Each pair gives one ratio of speculative / plain tokens per second (the machine
+is noisy, so only ratios measured side by side mean anything; interleaving by group puts
+its drift on both ways alike), and the row shows their median and minimum. The Markdown table goes to stdout, progress to stderr.
 """
 
 from __future__ import annotations
@@ -106,47 +108,78 @@ def encode(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
-def decode_all(model, tokenizer, prompts: list[list[int]], streams: int, max_tokens: int,
-               speculative: bool, knee: float | None, temperature: float = 0.0
-               ) -> tuple[float, float, list[list[int]], dict[str, int]]:
-    """Decodes `prompts`, `streams` at a time (the next starts as one finishes): (seconds
-    from the first insert to the last token, seconds of them in decode steps, each prompt's
-    tokens, speculation's counts)."""
-    from mlx_lm.sample_utils import make_sampler
+class Way:
+    """One way of decoding, plain or speculative: a BatchGenerator built as triode's engine
+    builds it and kept across the prompts it is given (as a server keeps its engine's, so
+    speculation's guard and cost fit carry over), with its times added up."""
 
-    import mlx.core as mx
-    from mlx_lm.generate import BatchGenerator
+    def __init__(self, model, tokenizer, streams: int, speculative: bool,
+                 knee: float | None, temperature: float = 0.0):
+        from mlx_lm.sample_utils import make_sampler
 
-    from triode.model import speculative as spec
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator
 
-    stop = [] if temperature else [[t] for t in tokenizer.eos_token_ids]
-    generator = BatchGenerator(model, stop_tokens=stop,
-                               completion_batch_size=streams,
-                               prefill_batch_size=min(streams, 8),
-                               stream=mx.new_stream(mx.default_device()))
-    if speculative:
-        spec.install(generator, knee)
-    sampler = make_sampler(temp=temperature)
-    out: dict[int, list[int]] = {}
-    uids: list[int] = []
-    waiting = list(reversed(prompts))
-    running: set[int] = set()
-    start = time.perf_counter()
-    decode = generator._counters.decode_time
-    while waiting or running:
-        while waiting and len(running) < streams:
-            uids += generator.insert([waiting.pop()], [max_tokens], samplers=[sampler])
-            running.add(uids[-1])
-        _, responses = generator.next()
-        for r in responses:
-            out.setdefault(r.uid, []).append(r.token)
-            if r.finish_reason is not None:
-                running.discard(r.uid)
-    seconds = time.perf_counter() - start
-    decode = generator._counters.decode_time - decode
-    counts = dict(getattr(generator._generation_batch, "counts", {}))
-    generator.close()
-    return seconds, decode, [out[u] for u in uids], counts
+        from triode.model import speculative as spec
+
+        stop = [] if temperature else [[t] for t in tokenizer.eos_token_ids]
+        self.generator = BatchGenerator(model, stop_tokens=stop,
+                                        completion_batch_size=streams,
+                                        prefill_batch_size=min(streams, 8),
+                                        stream=mx.new_stream(mx.default_device()))
+        if speculative:
+            spec.install(self.generator, knee)
+        self.sampler = make_sampler(temp=temperature)
+        self.streams = streams
+        self.seconds = 0.0    # from each run's first insert to its last token
+        self.decode = 0.0     # of which in decode steps
+        self.outputs: list[list[int]] = []
+
+    def run(self, prompts: list[list[int]], max_tokens: int) -> None:
+        """Decodes `prompts`, `streams` at a time (the next starts as one finishes)."""
+        generator = self.generator
+        out: dict[int, list[int]] = {}
+        uids: list[int] = []
+        waiting = list(reversed(prompts))
+        running: set[int] = set()
+        start = time.perf_counter()
+        decode = generator._counters.decode_time
+        while waiting or running:
+            while waiting and len(running) < self.streams:
+                uids += generator.insert([waiting.pop()], [max_tokens], samplers=[self.sampler])
+                running.add(uids[-1])
+            _, responses = generator.next()
+            for r in responses:
+                out.setdefault(r.uid, []).append(r.token)
+                if r.finish_reason is not None:
+                    running.discard(r.uid)
+        self.seconds += time.perf_counter() - start
+        self.decode += generator._counters.decode_time - decode
+        self.outputs += [out[u] for u in uids]
+
+    def counts(self) -> dict[str, int]:
+        """Speculation's counts (none for plain decoding)."""
+        return dict(getattr(self.generator._generation_batch, "counts", {}))
+
+    def close(self) -> None:
+        self.generator.close()
+
+
+def decode_both(model, tokenizer, prompts: list[list[int]], streams: int, max_tokens: int,
+                knee: float | None, temperature: float = 0.0) -> tuple[Way, Way]:
+    """Both ways over `prompts`, interleaved a group of `streams` prompts at a time (plain
+    first, then speculative first, ...), so that the machine's drift between groups falls on
+    both alike."""
+    plain = Way(model, tokenizer, streams, False, knee, temperature)
+    fast = Way(model, tokenizer, streams, True, knee, temperature)
+    for start in range(0, len(prompts), streams):
+        group = prompts[start:start + streams]
+        ways = (plain, fast) if (start // streams) % 2 == 0 else (fast, plain)
+        for way in ways:
+            way.run(group, max_tokens)
+    plain.close()
+    fast.close()
+    return plain, fast
 
 
 def main() -> int:
@@ -203,19 +236,18 @@ def measure(model, tokenizer, name: str, workload: str, streams: int, args, knee
     temperature = 1.0 if workload == "sampled" else 0.0
     count = max(8, streams * args.requests)
     prompts = [PROMPTS[workload](tokenizer, seed) for seed in range(count)]
-    decode_all(model, tokenizer, prompts[:1], 1, 8, False, knee)   # warm up
+    decode_both(model, tokenizer, prompts[:1], 1, 8, knee)   # warm up
     ratios, decode_ratios, rates, same = [], [], [], True
     counts: dict[str, int] = {}
     reference = None
     for repeat in range(args.repeat):
-        plain_s, plain_d, plain, _ = decode_all(model, tokenizer, prompts, streams,
-                                                args.max_tokens, False, knee, temperature)
-        spec_s, spec_d, fast, run_counts = decode_all(model, tokenizer, prompts, streams,
-                                                      args.max_tokens, True, knee, temperature)
+        slow_way, fast_way = decode_both(model, tokenizer, prompts, streams, args.max_tokens,
+                                         knee, temperature)
+        plain, fast, run_counts = slow_way.outputs, fast_way.outputs, fast_way.counts()
         n_plain, n_fast = (sum(len(t) for t in out) for out in (plain, fast))
-        rates.append((n_plain / plain_s, n_fast / spec_s))
+        rates.append((n_plain / slow_way.seconds, n_fast / fast_way.seconds))
         ratios.append(rates[-1][1] / rates[-1][0])
-        decode_ratios.append((n_fast / spec_d) / (n_plain / plain_d))
+        decode_ratios.append((n_fast / fast_way.decode) / (n_plain / slow_way.decode))
         for key, value in run_counts.items():
             counts[key] = counts.get(key, 0) + value
         if not temperature:
