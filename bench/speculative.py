@@ -32,7 +32,9 @@ take the prompts a group of C at a time, alternately (plain then speculative on 
 group, speculative then plain on the next, ...), each on its own generator kept for the
 whole run. Each pair gives one ratio of speculative / plain tokens per second (the machine
 is noisy, so only ratios measured side by side mean anything; interleaving by group puts
-its drift on both ways alike), and the row shows their median and minimum. The Markdown table goes to stdout, progress to stderr.
+its drift on both ways alike), and the row shows their median and minimum. `--control`
+runs the same rows with the second way decoding plainly too: what the machine's noise
+alone does to the ratios. The Markdown table goes to stdout, progress to stderr.
 """
 
 from __future__ import annotations
@@ -166,12 +168,13 @@ class Way:
 
 
 def decode_both(model, tokenizer, prompts: list[list[int]], streams: int, max_tokens: int,
-                knee: float | None, temperature: float = 0.0) -> tuple[Way, Way]:
+                knee: float | None, temperature: float = 0.0, control: bool = False
+                ) -> tuple[Way, Way]:
     """Both ways over `prompts`, interleaved a group of `streams` prompts at a time (plain
     first, then speculative first, ...), so that the machine's drift between groups falls on
-    both alike."""
+    both alike. `control`: the second way decodes plainly too (the bench's noise floor)."""
     plain = Way(model, tokenizer, streams, False, knee, temperature)
-    fast = Way(model, tokenizer, streams, True, knee, temperature)
+    fast = Way(model, tokenizer, streams, not control, knee, temperature)
     for start in range(0, len(prompts), streams):
         group = prompts[start:start + streams]
         ways = (plain, fast) if (start // streams) % 2 == 0 else (fast, plain)
@@ -195,6 +198,9 @@ def main() -> int:
                         help="also the copy task through two real servers (`--speculative "
                         "off` and the default), streamed, one request at a time: decode "
                         "tokens per second from each response's first delta to its last")
+    parser.add_argument("--control", action="store_true",
+                        help="decode plainly both ways (an A/A run): the ratios the machine's "
+                        "noise alone gives each row, to read the speculative rows against")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each way, interleaved (plain, speculative, plain, ...); "
                         "each pair's ratio counts, the row shows their median and minimum")
@@ -242,7 +248,7 @@ def measure(model, tokenizer, name: str, workload: str, streams: int, args, knee
     reference = None
     for repeat in range(args.repeat):
         slow_way, fast_way = decode_both(model, tokenizer, prompts, streams, args.max_tokens,
-                                         knee, temperature)
+                                         knee, temperature, args.control)
         plain, fast, run_counts = slow_way.outputs, fast_way.outputs, fast_way.counts()
         n_plain, n_fast = (sum(len(t) for t in out) for out in (plain, fast))
         rates.append((n_plain / slow_way.seconds, n_fast / fast_way.seconds))
