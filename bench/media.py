@@ -2,10 +2,15 @@
 """What an image costs a vision model served by triode: time and memory per image, in one run
 (issue 28).
 
-The models are random-weight LLaVA-1.5 (tests/fixtures/vlm.py: a CLIP vision tower, the
-projector, a Llama language model), in two shapes: the test fixture (56 px images, 16 image
-tokens) and `base`, a CLIP ViT-B/14-shaped tower (hidden 768, 12 layers, 12 heads, MLP 3072)
-at 224 px (256 image tokens) before a 4-layer Llama of hidden 1024 (16 / 8 heads). Each image
+The models are random-weight vision models of the two architectures served, each in two
+shapes: LLaVA-1.5 (tests/fixtures/vlm.py: a CLIP vision tower, the projector, a Llama
+language model) as the test fixture (56 px images, 16 image tokens) and `base`, a CLIP
+ViT-B/14-shaped tower (hidden 768, 12 layers, 12 heads, MLP 3072) at 224 px (256 image
+tokens) before a 4-layer Llama of hidden 1024 (16 / 8 heads); Gemma 3
+(tests/fixtures/gemma3_vlm.py: a SigLIP tower, the pooling projector, a Gemma 3 language
+model) as the test fixture (112 px, 16 image tokens) and `gemma3-base`, a SigLIP-B-shaped
+tower at 448 px (1,024 patches pooled into 256 image tokens, as a released Gemma 3 gives an
+image) before a 4-layer Gemma 3 of hidden 1024 (8 / 4 heads of 128). Each image
 is a distinct 640 x 480 PNG of random pixels. The steps are triode's own, in process:
 
 - check: `model.media.decode_image` (the request's media step: decode, pixel limit, digest);
@@ -32,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import io
 import statistics
 import sys
 import tempfile
@@ -40,18 +44,33 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.fixtures import vlm  # noqa: E402  (the model)
+from tests.fixtures import gemma3_vlm, vlm  # noqa: E402  (the models)
 from tests.fixtures.media import image_bytes  # noqa: E402
 
+LLAVA_PROMPT = "USER: <image>\nWhat is in this picture?\nASSISTANT:"
+GEMMA3_PROMPT = ("<bos><start_of_turn>user\n<start_of_image>What is in this picture?"
+                 "<end_of_turn>\n<start_of_turn>model\n")
+BASE_VISION = {"hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072,
+               "num_attention_heads": 12}
+# shape: (the fixture builder, its shape arguments, the rendered prompt with one image)
 SHAPES = {
-    "fixture": dict(text_shape=vlm.TEXT, vision_shape=vlm.VISION, image_size=vlm.IMAGE_SIZE),
-    "base": dict(text_shape={"hidden_size": 1024, "num_hidden_layers": 4,
-                             "intermediate_size": 3072, "num_attention_heads": 16,
-                             "num_key_value_heads": 8},
-                 vision_shape={"hidden_size": 768, "num_hidden_layers": 12,
-                               "intermediate_size": 3072, "num_attention_heads": 12,
-                               "projection_dim": 768},
-                 image_size=224),
+    "fixture": (vlm.build, dict(text_shape=vlm.TEXT, vision_shape=vlm.VISION,
+                                image_size=vlm.IMAGE_SIZE), LLAVA_PROMPT),
+    "base": (vlm.build, dict(text_shape={"hidden_size": 1024, "num_hidden_layers": 4,
+                                         "intermediate_size": 3072, "num_attention_heads": 16,
+                                         "num_key_value_heads": 8},
+                             vision_shape={**BASE_VISION, "projection_dim": 768},
+                             image_size=224), LLAVA_PROMPT),
+    "gemma3-fixture": (gemma3_vlm.build, {}, GEMMA3_PROMPT),
+    # A SigLIP-B-shaped tower at 448 px (32 x 32 patches of 14, pooled 2 x 2 into 256 image
+    # tokens, as many as a released Gemma 3 gives an image) before a 4-layer Gemma 3 of
+    # hidden 1024.
+    "gemma3-base": (gemma3_vlm.build, dict(
+        text_shape={"hidden_size": 1024, "num_hidden_layers": 4, "intermediate_size": 4096,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+                    "query_pre_attn_scalar": 128},
+        vision_shape=BASE_VISION, image_size=448, image_tokens=256, sliding_window=512),
+        GEMMA3_PROMPT),
 }
 
 
@@ -63,16 +82,16 @@ def measure(name: str, images: int) -> dict[str, float]:
 
     from triode.model import blas
 
+    build, shape, text = SHAPES[name]
     with tempfile.TemporaryDirectory() as tmp:
-        lm, tokenizer, vision = load_vision(str(vlm.build(Path(tmp) / name, **SHAPES[name])))
+        lm, tokenizer, vision = load_vision(str(build(Path(tmp) / name, **shape)))
     blas.set_threads(blas.auto_threads(lm.args.hidden_size))   # as the engine does
     prompter = prompter_of(tokenizer)
     assert prompter is not None
-    text = "USER: <image>\nWhat is in this picture?\nASSISTANT:"
     base_tokens = tokenizer.encode(text, add_special_tokens=False)
     args = lm.args
-    kv_per_token = (args.num_hidden_layers * 2 * args.num_key_value_heads
-                    * (args.hidden_size // args.num_attention_heads) * 4)   # float32
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    kv_per_token = args.num_hidden_layers * 2 * args.num_key_value_heads * head_dim * 4  # f32
     times: dict[str, list[float]] = {k: [] for k in ("check", "process", "vision",
                                                      "prefill", "text_prefill")}
     peaks: list[float] = []
@@ -83,7 +102,8 @@ def measure(name: str, images: int) -> dict[str, float]:
         t0 = time.perf_counter()
         media.decode_image(media.Blob(png, "image/png"), 7680 * 4320)
         t1 = time.perf_counter()
-        tokens, spans = prompter.expand(base_tokens, [{"image_url": url, "detail": "auto"}])
+        tokens, spans = prompter.expand(base_tokens, [{"image_url": url, "detail": "auto"}],
+                                        text)
         t2 = time.perf_counter()
         mx.synchronize()
         mx.reset_peak_memory()
@@ -130,7 +150,7 @@ def measure(name: str, images: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--images", type=int, default=5)
-    parser.add_argument("--shapes", default="fixture,base")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
     from triode.model import blas
 
