@@ -13,7 +13,6 @@ import hashlib
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -30,9 +29,6 @@ CODEX_JS = NODE_MODULES / "@openai" / "codex" / "bin" / "codex.js"
 # The packages the scripts in ts/ import (package.json's dependencies besides Codex).
 NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
 NPM_CI_TIMEOUT = 900.0
-
-# What the install took in this session, for the terminal summary.
-_install_report: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,6 @@ def _installed(digest: str) -> bool:
 
 
 def _npm_ci(npm: str, digest: str) -> None:
-    started = time.monotonic()
     try:
         done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                               cwd=HERE, capture_output=True, text=True,
@@ -67,8 +62,6 @@ def _npm_ci(npm: str, digest: str) -> None:
         pytest.fail(f"`npm ci` in {HERE} failed ({done.returncode}):\n"
                     f"{done.stdout}\n{done.stderr}", pytrace=False)
     STAMP.write_text(digest + "\n")
-    _install_report.append(f"tests/clients: `npm ci` installed the pinned clients in "
-                           f"{time.monotonic() - started:.1f} s")
     if not _installed(digest):
         pytest.fail(f"`npm ci` in {HERE} did not install {CODEX_JS}", pytrace=False)
 
@@ -94,11 +87,6 @@ def node_clients() -> NodeClients:
         if not _installed(digest):
             _npm_ci(npm, digest)
     return NodeClients(node=node, codex=[node, str(CODEX_JS)], scripts=HERE / "ts")
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    for line in _install_report:
-        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

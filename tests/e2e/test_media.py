@@ -252,9 +252,10 @@ def vlm(tmp_path_factory):
         yield s
 
 
-def look(server, *parts: dict, text: str = "What is in the image?", **extra) -> httpx.Response:
+def look(server, *parts: dict, text: str = "What is in the image?", model: str = "llava",
+         **extra) -> httpx.Response:
     return server.http.post("/v1/responses", json={
-        "model": "llava", "max_output_tokens": 4, "temperature": 0,
+        "model": model, "max_output_tokens": 4, "temperature": 0,
         "input": [{"role": "user", "content": [{"type": "input_text", "text": text},
                                                *parts]}], **extra})
 
@@ -376,15 +377,9 @@ def test_a_gemma3_image_request_counts_the_image_and_the_next_turn_reuses_it(gem
     all of its prompt but the generation prompt (`<start_of_turn>model\\n`, 3 tokens)."""
     from ..fixtures.gemma3_vlm import IMAGE_TOKENS, SLIDING_WINDOW
 
-    def ask(*parts: dict) -> httpx.Response:
-        return gemma3.http.post("/v1/responses", json={
-            "model": "gemma3", "max_output_tokens": 4, "temperature": 0,
-            "input": [{"role": "user", "content": [
-                {"type": "input_text", "text": "What is in the image?"}, *parts]}]})
-
-    text_only = ask()
+    text_only = look(gemma3, model="gemma3")
     assert text_only.status_code == 200, text_only.text
-    first = ask(png(seed=50))
+    first = look(gemma3, png(seed=50), model="gemma3")
     assert first.status_code == 200, first.text
     used = first.json()["usage"]
     assert used["input_tokens"] >= text_only.json()["usage"]["input_tokens"] + IMAGE_TOKENS + 2

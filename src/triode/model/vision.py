@@ -196,13 +196,6 @@ class VisionPrompter:
     def image_token(self) -> str:
         return self.format.image_token
 
-    @property
-    def image_token_id(self) -> int:
-        return self.format.image_token_id
-
-    def tokens_for(self, height: int, width: int) -> int:
-        return self.format.count(height, width)
-
     def expand(self, tokens: list[int], images: Sequence[dict[str, Any]],
                text: str | None = None) -> tuple[list[int], tuple[ImageSpan, ...]]:
         """`tokens` (the tokenized `text`: one marker where the template put each image)
@@ -217,7 +210,7 @@ class VisionPrompter:
             raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
                                  f"{len(images)} images", param="input", code="invalid_prompt")
         pixels = [self.pixels(image) for image in images]
-        lengths = [self.tokens_for(int(p.shape[-2]), int(p.shape[-1])) for p in pixels]
+        lengths = [fmt.count(int(p.shape[-2]), int(p.shape[-1])) for p in pixels]
         total = sum(lengths)
         if total > REQUEST_IMAGE_ROWS:
             raise InvalidRequest(f"the input's images are {total} image tokens; at most "
@@ -364,7 +357,10 @@ class Vision:
     model: Any
     rows: ImageRows
     prompter: VisionPrompter
-    image_token_id: int
+
+    @property
+    def image_token_id(self) -> int:
+        return self.prompter.format.image_token_id
 
     def place(self, prompt: list[int], images: Sequence[ImageSpan]) -> list[int]:
         """The prompt with each image's tokens replaced by its rows' virtual ids, running the
@@ -449,7 +445,6 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
     tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = getattr(processor, "chat_template", None)
-    image_token_id = image_format.image_token_id
     rows = ImageRows(first=max(int(text_config["vocab_size"]), len(tokenizer.vocab)))
     embedding = lm.model.embed_tokens
     embedding.__class__ = type(f"Image{type(embedding).__name__}",
@@ -457,4 +452,4 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
     embedding._triode_rows = rows
     prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs)
     tokenizer._triode_vision = prompter
-    return lm, tokenizer, Vision(vlm, rows, prompter, image_token_id)
+    return lm, tokenizer, Vision(vlm, rows, prompter)
