@@ -3,7 +3,8 @@
 
 Runs the server's generation path without HTTP: the real `ModelActor` and its engine thread
 (`Engine`, mlx-lm's `BatchGenerator`, the streaming detokenizer, the per-step hand-off to the
-trio thread) with one consumer reading each request's outputs, one request at a time, greedy,
+trio thread) with one consumer reading each request's outputs, one request at a time (or
+`--streams C` at a time, each stream taking the next prompt as its request ends), greedy,
 `--speculative off` and `ngram` alternated in one process. Every engine iteration (one
 `generator.next()` and the engine's work on its tokens, up to the next exchange) is classed by
 what the decode batch did in it: a plain step, or a speculative step that verified drafts.
@@ -27,6 +28,7 @@ and, in the trio thread, concurrently (it competes for the interpreter with the 
 
     .venv/bin/python bench/speculative_profile.py                     # bundled and 76M
     .venv/bin/python bench/speculative_profile.py --models bundled --runs 3
+    .venv/bin/python bench/speculative_profile.py --models bundled --streams 8   # batched
 
 Prompts: `Reply with:` and 60-90 words (the long-copy task), the same in every run. The
 Markdown table (milliseconds per iteration: medians over all runs' iterations) goes to stdout.
@@ -64,8 +66,9 @@ class Profile:
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
         self.trio: dict[str, float] = defaultdict(float)
-        self.iterations: list[tuple[str, int, int, dict[str, float]]] = []
+        self.iterations: list[tuple[str, float, int, dict[str, float]]] = []
         self.enabled = False
+        self.rows = 1   # the batch width whose iterations count (--streams)
 
     def add(self, section: str, seconds: float) -> None:
         self.current[section] += seconds
@@ -158,8 +161,11 @@ def long_copy_prompts(count: int) -> list[str]:
             for _ in range(count)]
 
 
-async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: int
-                   ) -> tuple[list[list[int]], list[tuple[str, int, int, dict[str, float]]]]:
+async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: int,
+                   streams: int = 1
+                   ) -> tuple[list[list[int]], list[tuple[str, float, int, dict[str, float]]]]:
+    """The prompts through one actor, `streams` requests at a time (each stream takes the
+    next prompt as its request finishes); their tokens in prompt order, and the iterations."""
     import trio
 
     from triode.actors.model import ModelActor
@@ -167,26 +173,32 @@ async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: 
 
     p = PROFILE
     p.iterations = []
-    actor = ModelActor(model=path, parallel=1, max_queue=8, speculative=speculative,
-                       engine_factory=ProfiledEngine)
-    outputs: list[list[int]] = []
-    async with trio.open_nursery() as nursery:
-        handle = await nursery.start(actor.run)
-        for text in prompts:
+    actor = ModelActor(model=path, parallel=streams, max_queue=max(8, streams),
+                       speculative=speculative, engine_factory=ProfiledEngine)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    waiting = list(enumerate(prompts))
+
+    async def stream(handle: Any) -> None:
+        while waiting:
+            index, text = waiting.pop(0)
             rendered = await handle.render([{"role": "user", "content": text}])
             request = GenerationRequest(rendered.tokens, max_tokens,
                                         Sampling(temperature=0.0))
-            tokens: list[int] = []
             async with handle.generate(request) as adm:
-                p.enabled = True
                 async for out in adm.outputs:
                     start = time.perf_counter()
-                    tokens.append(out.token)
+                    outputs[index].append(out.token)
                     p.trio["consumer"] += time.perf_counter() - start
                     if out.finish_reason is not None:
                         break
-                p.enabled = False
-            outputs.append(tokens)
+
+    async with trio.open_nursery() as nursery:
+        handle = await nursery.start(actor.run)
+        p.enabled = True
+        async with trio.open_nursery() as streams_nursery:
+            for _ in range(streams):
+                streams_nursery.start_soon(stream, handle)
+        p.enabled = False
         nursery.cancel_scope.cancel()
     return outputs, p.iterations
 
@@ -214,6 +226,7 @@ class ProfiledEngine:
             state["counts"] = dict(getattr(batch, "counts", {}))
             state["prompt"] = generator._counters.prompt_tokens
             state["tokens"] = 0
+            state["rows"] = len(batch)
             start = time.perf_counter()
             result = original_next(generator)
             state["next"] = time.perf_counter() - start
@@ -231,9 +244,11 @@ class ProfiledEngine:
                     before = state["counts"]
                     kind = "plain"
                     if counts["speculative"] > before["speculative"]:
-                        drafted = counts["drafted"] - before["drafted"]   # one row: its k
+                        # k: the drafted tokens a row verified (one row: its draft)
+                        drafted = (counts["drafted"] - before["drafted"]) / max(1, state["rows"])
                         kind = "speculative k<=4" if drafted <= 4 else "speculative k>4"
-                if generator._counters.prompt_tokens == state["prompt"] and state["tokens"]:
+                if (generator._counters.prompt_tokens == state["prompt"] and state["tokens"]
+                        and state["rows"] == p.rows):
                     sections = dict(p.current)
                     inner = sum(sections.get(s, 0.0) for s in
                                 ("lookup", "graph", "forward", "cache", "accept"))
@@ -241,7 +256,7 @@ class ProfiledEngine:
                     sections["engine"] = (now - began - state["next"]
                                           - sections.get("detokenize", 0.0))
                     sections["total"] = now - began
-                    p.iterations.append((kind, state["tokens"], 0, sections))
+                    p.iterations.append((kind, state["tokens"] / state["rows"], 0, sections))
             start = time.perf_counter()
             result = exchange(outputs, idle, cache, *rest)
             handoff = time.perf_counter() - start
@@ -271,7 +286,7 @@ def patch_actor() -> None:
     actor_module.ModelActor._step = timed_step
 
 
-def summarize(iterations: list[tuple[str, int, int, dict[str, float]]]
+def summarize(iterations: list[tuple[str, float, int, dict[str, float]]]
               ) -> dict[str, tuple[int, float, dict[str, float]]]:
     """Per kind: iterations, tokens per iteration, each section's median seconds (and the
     median iteration's total: the machine is shared, and a mean would be its worst moments)."""
@@ -295,13 +310,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each way, alternated")
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=200)
+    parser.add_argument("--streams", type=int, default=1,
+                        help="requests decoded together (at least 3 prompts a stream); only "
+                        "iterations of a batch this wide count")
     args = parser.parse_args()
 
     from triode.model.loading import BUNDLED_PATH
 
     instrument()
     patch_actor()
-    prompts = long_copy_prompts(args.prompts)
+    prompts = long_copy_prompts(max(args.prompts, 3 * args.streams))
     print("| model | step | iterations | tokens / step | total ms | "
           + " | ".join(SECTIONS) + " | trio thread ms / step (actor + consumer) |")
     print("|---|---|---:|---:|---:|" + "---:|" * len(SECTIONS) + "---:|")
@@ -312,14 +330,17 @@ def main() -> int:
             else:
                 log(f"building the {name} model")
                 path = str(create_random_model(Path(scratch) / name, RANDOM_SIZES[name]))
+            where = f", C = {args.streams}" if args.streams > 1 else ""
             collected: dict[str, list[Any]] = {"off": [], "ngram": []}
             trio_time = {"off": [0.0, 0], "ngram": [0.0, 0]}
             tokens: dict[str, list[list[int]]] = {}
             trio.run(run_once, path, "off", prompts[:1], 8)   # warm up
+            PROFILE.rows = args.streams
             for run in range(args.runs):
                 for way in ("off", "ngram"):
                     PROFILE.trio = defaultdict(float)
-                    out, iterations = trio.run(run_once, path, way, prompts, args.max_tokens)
+                    out, iterations = trio.run(run_once, path, way, prompts, args.max_tokens,
+                                               args.streams)
                     collected[way] += iterations
                     trio_time[way][0] += sum(PROFILE.trio.values())
                     trio_time[way][1] += len(iterations)
@@ -335,7 +356,7 @@ def main() -> int:
                              "plain": "plain (ngram batch, not drafting)",
                              "speculative k<=4": "speculative, k <= 4 drafted",
                              "speculative k>4": "speculative, k 5-8 drafted"}[kind]
-                    print(f"| {name} | {label} | {count} | {per_step:.2f} | "
+                    print(f"| {name}{where} | {label} | {count} | {per_step:.2f} | "
                           f"{means['total'] * 1e3:.2f} | "
                           + " | ".join(f"{means[s] * 1e3:.2f}" for s in SECTIONS)
                           + f" | {per_trio:.2f} |")

@@ -13,6 +13,7 @@ the cell's ratio.
 
     .venv/bin/python bench/verify_cost.py                  # bundled and 76M
     .venv/bin/python bench/verify_cost.py --models bundled --rows 1,8 --widths 1,3,5,9
+    .venv/bin/python bench/verify_cost.py --models bundled --caches kv,batch,holey
 """
 
 from __future__ import annotations
@@ -33,29 +34,61 @@ from triode.model import blas  # noqa: E402
 blas.preload_blas()
 
 
-def pass_ms(model, rows: int, widths: list[int], context: int, repeats: int
-            ) -> dict[int, float]:
-    """Median milliseconds of a pass of each width, the widths interleaved pass by pass
-    (so that the machine's drift falls on all of them alike)."""
-    import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
+CACHES = ("kv", "batch", "holey")
 
-    caches, inputs = {}, {}
-    for w in widths:
-        caches[w] = make_prompt_cache(model)
-        mx.eval(model(mx.array([list(range(1, context + 1))] * rows), cache=caches[w]))
-        inputs[w] = mx.array([list(range(1, w + 1))] * rows)
-    times: dict[int, list[float]] = {w: [] for w in widths}
+
+def make_cache(model, kind: str, rows: int, context: int):
+    """A cache of `context` tokens a row: `kv` mlx-lm's per-sequence KVCache (every row alike,
+    no mask), `batch` the BatchKVCache a decode batch has (its rows left-padded by 0, 4, 8,
+    ... tokens, so attention takes a mask array), `holey` that cache as a speculative batch
+    leaves it (HoleyKVCache, a quarter of its positions holes)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+
+    from triode.model.speculative import HoleyKVCache
+
+    prompt = mx.array([list(range(1, context + 1))] * rows)
+    if kind == "kv":
+        cache = make_prompt_cache(model)
+    else:
+        cache = [BatchKVCache([4 * i for i in range(rows)]) for _ in model.layers]
+    mx.eval(model(prompt, cache=cache))
+    if kind == "holey":
+        kept = mx.random.uniform(shape=(rows, context), key=mx.random.key(0)) > 0.25
+        cache = [HoleyKVCache.adopt(c) for c in cache]
+        for c in cache:
+            c.kept = kept
+    return cache
+
+
+def rewind(cache, width: int) -> None:
+    """Drops the `width` positions the last pass wrote."""
+    for c in cache:
+        if hasattr(c, "left_padding"):
+            c._idx -= width
+            c.offset = c.offset - width
+        else:
+            c.trim(width)
+
+
+def pass_ms(model, rows: int, widths: list[int], context: int, repeats: int,
+            kinds: tuple[str, ...] = ("kv",)) -> dict[tuple[str, int], float]:
+    """Median milliseconds of a pass of each width on each kind of cache, interleaved pass
+    by pass (so that the machine's drift falls on all of them alike)."""
+    import mlx.core as mx
+
+    caches = {(k, w): make_cache(model, k, rows, context) for k in kinds for w in widths}
+    inputs = {w: mx.array([list(range(1, w + 1))] * rows) for w in widths}
+    times: dict[tuple[str, int], list[float]] = {cell: [] for cell in caches}
     for _ in range(repeats):
-        for w in widths:
+        for (kind, w), cache in caches.items():
             start = time.perf_counter()
-            logits = model(inputs[w], cache=caches[w])
+            logits = model(inputs[w], cache=cache)
             logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
             mx.argmax(logprobs, axis=-1).tolist()
-            times[w].append(time.perf_counter() - start)
-            for c in caches[w]:
-                c.trim(w)
-    return {w: statistics.median(t) * 1e3 for w, t in times.items()}
+            times[kind, w].append(time.perf_counter() - start)
+            rewind(cache, w)
+    return {cell: statistics.median(t) * 1e3 for cell, t in times.items()}
 
 
 def main() -> int:
@@ -66,14 +99,20 @@ def main() -> int:
     parser.add_argument("--widths", default="1,2,3,5,9")
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=60)
+    parser.add_argument("--caches", default="kv",
+                        help=f"kinds of KV cache, of {','.join(CACHES)}: every cell is divided "
+                        "by the plain pass of the same rows on the first kind")
     args = parser.parse_args()
 
     from triode.model.loading import BUNDLED_PATH, load
 
     widths = sorted({1, *(int(w) for w in args.widths.split(","))})
-    print("| model | rows | plain step ms | " + " | ".join(f"width {w}" for w in widths)
-          + " |")
-    print("|---|---:|---:|" + "---:|" * len(widths))
+    kinds = tuple(filter(None, args.caches.split(",")))
+    if not kinds or set(kinds) - set(CACHES):
+        parser.error(f"--caches takes kinds of {', '.join(CACHES)}")
+    print("| model | rows | cache | plain step ms | "
+          + " | ".join(f"width {w}" for w in widths) + " |")
+    print("|---|---:|---|---:|" + "---:|" * len(widths))
     with tempfile.TemporaryDirectory() as scratch:
         for name in filter(None, args.models.split(",")):
             path = BUNDLED_PATH if name == "bundled" else create_random_model(
@@ -82,13 +121,15 @@ def main() -> int:
             blas.set_threads(blas.auto_threads(getattr(model.args, "hidden_size", None)))
             repeats = args.repeats if name == "bundled" else max(5, args.repeats // 4)
             for rows in (int(r) for r in args.rows.split(",")):
-                pass_ms(model, rows, widths, args.context, 2)   # warm up
-                cells = pass_ms(model, rows, widths, args.context, repeats)
-                plain = cells[1]
-                log(f"{name} rows {rows}: " + ", ".join(f"{w}: {ms:.2f} ms"
-                                                       for w, ms in cells.items()))
-                print(f"| {name} | {rows} | {plain:.2f} | "
-                      + " | ".join(f"{cells[w] / plain:.2f}x" for w in widths) + " |")
+                pass_ms(model, rows, widths, args.context, 2, kinds)   # warm up
+                cells = pass_ms(model, rows, widths, args.context, repeats, kinds)
+                plain = cells[kinds[0], 1]
+                for kind in kinds:
+                    log(f"{name} rows {rows} {kind}: " + ", ".join(
+                        f"{w}: {cells[kind, w]:.2f} ms" for w in widths))
+                    print(f"| {name} | {rows} | {kind} | {cells[kind, 1]:.2f} | "
+                          + " | ".join(f"{cells[kind, w] / plain:.2f}x" for w in widths)
+                          + " |")
     return 0
 
 
