@@ -61,16 +61,6 @@ def make_cache(model, kind: str, rows: int, context: int):
     return cache
 
 
-def rewind(cache, width: int) -> None:
-    """Drops the `width` positions the last pass wrote."""
-    for c in cache:
-        if hasattr(c, "left_padding"):
-            c._idx -= width
-            c.offset = c.offset - width
-        else:
-            c.trim(width)
-
-
 def pass_ms(model, rows: int, widths: list[int], context: int, repeats: int,
             kinds: tuple[str, ...] = ("kv",)) -> dict[tuple[str, int], float]:
     """Median milliseconds of a pass of each width on each kind of cache, interleaved pass
@@ -87,7 +77,8 @@ def pass_ms(model, rows: int, widths: list[int], context: int, repeats: int,
             logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
             mx.argmax(logprobs, axis=-1).tolist()
             times[kind, w].append(time.perf_counter() - start)
-            rewind(cache, w)
+            for c in cache:
+                c.trim(w)   # KVCache's and BatchKVCache's own: drops the pass's positions
     return {cell: statistics.median(t) * 1e3 for cell, t in times.items()}
 
 
