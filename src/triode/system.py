@@ -101,6 +101,8 @@ def model_names(settings: Settings, path: str) -> tuple[str, ...]:
     if settings.model == BUNDLED_MODEL:
         names.append(BUNDLED_ALIAS)
     names += [settings.model, path, Path(path).name]
+    if Path(path).suffix.lower() == ".gguf":
+        names.append(Path(path).stem)
     return tuple(dict.fromkeys(n for n in names if n))
 
 
@@ -184,7 +186,8 @@ async def start_actors(settings: Settings, *,
 
 
 def load_options(settings: Settings) -> LoadOptions:
-    return LoadOptions(tool_format=settings.tool_format, chat_template=settings.chat_template)
+    return LoadOptions(tool_format=settings.tool_format, chat_template=settings.chat_template,
+                       cpu_weights=settings.cpu_weights)
 
 
 def startup_error(exc: BaseException) -> SettingsError | None:
@@ -326,8 +329,8 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
         max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
         backend=backend).run)
     info = model.info
-    log.info("model %s loaded (context %d tokens, %d slots, BLAS threads: %s)",
-             info.path, info.context_length, settings.parallel,
+    log.info("model %s loaded (context %d tokens, %d slots, weights %s, BLAS threads: %s)",
+             info.path, info.context_length, settings.parallel, info.weights,
              "n/a" if info.blas_threads is None else info.blas_threads)
     refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
     log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "

@@ -96,6 +96,7 @@ class Health(TypedDict):
     store: StoreHealth
     model: str
     context_window: int
+    weights: str          # how the weights run (and were stored): "float32 (stored as 4/8-bit)"
     blas: str
     blas_threads: int | None
     engine_alive: bool
@@ -131,6 +132,7 @@ async def health() -> Response:
         "store": {"kind": h.responses.kind, "reachable": store_up},
         "model": h.model_names[0],
         "context_window": h.model.info.context_length,
+        "weights": h.model.info.weights,
         "blas": h.blas,
         "blas_threads": h.model.info.blas_threads,
         "engine_alive": model.engine_alive,
@@ -245,8 +247,8 @@ def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
     gen = model.generation
     cache = model.prompt_cache
     model_info = GaugeMetricFamily("triode_model_info", "the model served (always 1)",
-                                   labels=["model", "path", "blas"])
-    model_info.add_metric([h.model_names[0], info.path, h.blas], 1)
+                                   labels=["model", "path", "blas", "weights"])
+    model_info.add_metric([h.model_names[0], info.path, h.blas, info.weights], 1)
     families: list[Metric] = [
         model_info,
         gauge("triode_context_window_tokens", "the model's context window",

@@ -91,6 +91,11 @@ def auto_threads(hidden_size: int | None) -> int:
     return 0
 
 
+def mkl() -> ctypes.CDLL | None:
+    """MKL's runtime library when it is the BLAS in use (its vector math too), else None."""
+    return _mkl
+
+
 def set_threads(threads: int) -> int | None:
     """Caps MKL at `threads` (0: MKL's own default) for every thread of the process; returns
     the cap in effect, or None when MKL is not the BLAS in use."""

@@ -70,11 +70,23 @@ def check_directory(path: str) -> None:
 
 
 def cache_key(model: str, *, kv_bits: int, attention_window: int,
-              layer_types: Sequence[str]) -> dict[str, Any]:
-    """What decides the contents of a KV cache for a token sequence, as JSON."""
+              layer_types: Sequence[str], weights: str = "") -> dict[str, Any]:
+    """What decides the contents of a KV cache for a token sequence, as JSON: the model's
+    files (a GGUF file, or a directory's config.json and weight files) and the precision they
+    run in (`weights`, ModelInfo's)."""
     import mlx_lm
 
-    path = Path(model)
+    from .sources import resolve
+
+    source = resolve(model)
+    path = Path(source.path)
+    if source.gguf:
+        st = path.resolve().stat()
+        return {"format": FORMAT_VERSION, "model": str(path.resolve()),
+                "files": [[path.name, st.st_size, st.st_mtime_ns]], "config_sha256": None,
+                "quantization": None, "weights": weights, "kv_bits": kv_bits,
+                "attention_window": attention_window, "layers": list(layer_types),
+                "mlx_lm": mlx_lm.__version__}
     if not path.exists():   # a Hugging Face repo id: the local copy mlx-lm just loaded
         from huggingface_hub import snapshot_download
         from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
@@ -92,7 +104,7 @@ def cache_key(model: str, *, kv_bits: int, attention_window: int,
             files.append([f.name, st.st_size, st.st_mtime_ns])
     return {"format": FORMAT_VERSION, "model": str(path), "files": files,
             "config_sha256": hashlib.sha256(config).hexdigest(), "quantization": quantization,
-            "kv_bits": kv_bits, "attention_window": attention_window,
+            "weights": weights, "kv_bits": kv_bits, "attention_window": attention_window,
             "layers": list(layer_types), "mlx_lm": mlx_lm.__version__}
 
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence, cast
 
 import attrs
 
-from . import blas
-from .loading import LoadOptions, ModelInfo, describe, load
+from . import blas, cpu_attention, precision
+from .loading import LoadOptions, ModelInfo, describe, load_model
 from .pacing import PrefillPacer
 from .disk_cache import LOAD_POLL_SECONDS, DiskTier
 from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_snapshots,
@@ -262,12 +262,14 @@ class Engine:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
-        model, tokenizer, vision = self._load()
+        model, tokenizer, vision, weights = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
+        if precision.on_cpu():
+            cpu_attention.install()
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
                                      self.load_options), blas_threads=threads,
-                            vision=vision is not None)
+                            vision=vision is not None, weights=weights)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
         if self.kv_bits:
             from .kvquant import quantized_cache
@@ -289,7 +291,8 @@ class Engine:
             from . import speculative
 
             speculative.install(generator)   # one StepOutput per token still, in order
-        disk = self._disk_tier(model, new_cache) if self.prompt_cache_bytes > 0 else None
+        disk = self._disk_tier(model, new_cache, weights) if self.prompt_cache_bytes > 0 \
+            else None
         cache = PromptCache(self.prompt_cache_bytes, disk.evicted if disk is not None else None) \
             if self.prompt_cache_bytes > 0 else None
         # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
@@ -402,7 +405,8 @@ class Engine:
                 assert cache is not None
                 disk.close(cache.entries())
 
-    def _disk_tier(self, model: Any, new_cache: Callable[[], Any]) -> DiskTier | None:
+    def _disk_tier(self, model: Any, new_cache: Callable[[], Any], weights: str
+                   ) -> DiskTier | None:
         """The prompt cache's disk tier (with --prompt-cache-dir), its index read back; None
         (logged) when the directory cannot be used: the server runs on without it."""
         if self.prompt_cache_dir is None:
@@ -412,7 +416,8 @@ class Engine:
         try:
             key = disk_cache.cache_key(
                 self.model_name, kv_bits=self.kv_bits, attention_window=self.attention_window,
-                layer_types=disk_cache.layer_types(sequence_cache(model, new_cache)))
+                layer_types=disk_cache.layer_types(sequence_cache(model, new_cache)),
+                weights=weights)
             tier = DiskTier(self.prompt_cache_dir, self.prompt_cache_disk_bytes, key,
                             pending_limit=self.prompt_cache_bytes)
             tier.open()
@@ -422,13 +427,14 @@ class Engine:
             return None
         return tier
 
-    def _load(self) -> tuple[Any, Any, Vision | None]:
+    def _load(self) -> tuple[Any, Any, Vision | None, str]:
         """The model and tokenizer; a vision model's language model (as mlx-lm's class)
-        with its vision half (model/vision.py)."""
+        with its vision half (model/vision.py); how the weights run."""
         if vision_config(self.model_name) is not None:
-            return load_vision(self.model_name)
-        model, tokenizer = load(self.model_name, self.load_options)
-        return model, tokenizer, None
+            model, tokenizer, vision = load_vision(self.model_name)
+            return model, tokenizer, vision, precision.describe(model)
+        loaded = load_model(self.model_name, self.load_options)
+        return loaded.model, loaded.tokenizer, None, loaded.weights
 
     @staticmethod
     def _snapshot(generator: Any, cache: PromptCache, progress: list[Any],

@@ -10,15 +10,15 @@ from typing import Any
 import attrs
 
 from ..errors import SettingsError
-from . import harmony
+from . import gguf, harmony, precision
 from .parsers import canonical_format, detect_format, format_names
 from .parsers.reasoning import THINK
 from .request import Sampling
+from .sources import BUNDLED_PATH, resolve
 from .templates import TemplateRoles, probe_roles
 from .vision import check_vision, vision_config
 
-# The small model that ships inside the package (weights, tokenizer, template, model card).
-BUNDLED_PATH = Path(__file__).resolve().parent / "tiny"
+__all__ = ["BUNDLED_PATH"]   # the small model that ships inside the package
 
 REPO_ID = re.compile(r"(\b[\w\-.]+\b/)?\b[\w\-.]+\b")
 
@@ -38,16 +38,20 @@ class ModelInfo:
     template_roles: TemplateRoles = TemplateRoles()   # the roles its chat template refuses
     blas_threads: int | None = None    # MKL's thread cap in effect; None when MKL is not in use
     vision: bool = False               # takes images (a vision-language model, mlx-vlm)
+    weights: str = ""                  # how they run, and how they were stored if otherwise:
+                                       # "float32 (stored as 4/8-bit)" (model/precision.py)
 
 
 @attrs.frozen
 class LoadOptions:
-    """How the model's tokenizer is taken: `tool_format` (`--tool-format`) overrides the
-    detected format; `chat_template` (`--chat-template`) is a Jinja file that replaces the
-    model's own template."""
+    """How the model is taken: `tool_format` (`--tool-format`) overrides the detected
+    format; `chat_template` (`--chat-template`) is a Jinja file that replaces the model's
+    own template; `cpu_weights` (`--cpu-weights`) is the precision policy of
+    model/precision.py."""
 
     tool_format: str | None = None
     chat_template: str | None = None
+    cpu_weights: str = "native"
 
 
 def check_options(options: LoadOptions) -> None:
@@ -70,15 +74,47 @@ def read_template(path: str) -> str:
         raise SettingsError(f"--chat-template: {path}: {why}") from None
 
 
-def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
-    """`model`: a local path or a Hugging Face repo id. The bundled model's architecture file
-    (`tiny/sliding_qwen3.py`, named by its config.json) ships with triode, so it is trusted;
-    no other model's code is run. With `options.chat_template` the tokenizer renders that
-    template instead of its own (and mlx-lm's Python renderer for it, if it has one)."""
-    from mlx_lm import load as mlx_load
+@attrs.frozen
+class Loaded:
+    """A loaded model: mlx-lm's model and tokenizer, and how its weights run (ModelInfo's
+    `weights`)."""
 
-    loaded = mlx_load(model, trust_remote_code=is_bundled(model))
-    tokenizer = loaded[1]
+    model: Any
+    tokenizer: Any
+    weights: str
+
+
+def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
+    """`load_model`'s model and tokenizer."""
+    loaded = load_model(model, options)
+    return loaded.model, loaded.tokenizer
+
+
+def load_model(model: str, options: LoadOptions = LoadOptions()) -> Loaded:
+    """`model`: what `--model` names (model/sources.py: a local path, a Hugging Face repo id,
+    a GGUF file, `ollama:NAME`, a shipped model's short name). The bundled model's
+    architecture file (`tiny/sliding_qwen3.py`, named by its config.json) ships with triode,
+    so it is trusted; no other model's code is run. The weights run as `options.cpu_weights`
+    decides (model/precision.py). With `options.chat_template` the tokenizer renders that
+    template instead of its own (and mlx-lm's Python renderer for it, if it has one)."""
+    source = resolve(model)
+    if source.gguf:
+        path = Path(source.path)
+        count = sum(int(t.n_elements) for t in gguf.read(path).reader.tensors)
+        float32 = precision.wants_float32(options.cpu_weights, count)
+        mlx_model, tokenizer = gguf.load(path, keep_float=float32)
+    else:
+        import mlx_lm
+
+        mlx_load: Any = mlx_lm.load
+        mlx_model, tokenizer = mlx_load(source.path, trust_remote_code=is_bundled(model))
+        float32 = precision.wants_float32(options.cpu_weights,
+                                          precision.parameter_count(mlx_model))
+    stored = precision.describe(mlx_model)
+    weights = stored
+    if float32 and stored != "float32":
+        precision.to_float32(mlx_model)
+        weights = f"float32 (stored as {stored})"
     if options.chat_template is not None:
         from mlx_lm.tokenizer_utils import _infer_tool_parser
 
@@ -90,7 +126,7 @@ def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
         tokenizer.chat_template = read_template(options.chat_template)
         tokenizer._chat_template = None
         tokenizer.init_kwargs["tool_parser_type"] = configured
-    return loaded[0], tokenizer
+    return Loaded(mlx_model, tokenizer, weights)
 
 
 def tool_format(tokenizer: Any, options: LoadOptions = LoadOptions()) -> str:
@@ -127,11 +163,16 @@ def is_bundled(model: str) -> bool:
 
 def check_model(model: str) -> None:
     """Before anything loads: raises SettingsError naming `--model` when `model` cannot be
-    one. mlx-lm reads any existing path as a local model and anything else as a Hugging Face
-    repo id, so: an existing path must be a directory with a config.json; a path that does
-    not exist must at least be a valid repo id (else it is a missing directory). A repo id
-    passes: the load looks in the Hugging Face cache, then asks the Hub (`load_failure`
-    words what goes wrong there)."""
+    one. A GGUF (a file, a shipped model, an Ollama model) must be readable and of an
+    architecture triode serves. mlx-lm reads any other existing path as a local model and
+    anything else as a Hugging Face repo id, so: an existing path must be a directory with a
+    config.json; a path that does not exist must at least be a valid repo id (else it is a
+    missing directory). A repo id passes: the load looks in the Hugging Face cache, then asks
+    the Hub (`load_failure` words what goes wrong there)."""
+    source = resolve(model)
+    if source.gguf:
+        gguf.read(Path(source.path)).architecture
+        return
     path = Path(model)
     try:
         exists, is_dir = path.exists(), path.is_dir()
@@ -139,10 +180,10 @@ def check_model(model: str) -> None:
     except OSError as exc:
         raise SettingsError(f"--model: {model}: {exc.strerror or exc}") from None
     if exists and not is_dir:
-        raise SettingsError(f"--model: {model}: not a directory")
+        raise SettingsError(f"--model: {model}: not a directory or a GGUF file")
     if is_dir and not has_config:
         raise SettingsError(f"--model: {model}: no config.json in it (not an mlx-lm model "
-                            "directory)")
+                            "directory) and no GGUF file")
     if not exists and not _repo_id(model):
         raise SettingsError(f"--model: {model}: no such directory")
     config = vision_config(model)
@@ -198,7 +239,7 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
         context_length=context_length or native,
         eos_token_ids=tuple(sorted(stops)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
-        sampling_defaults=sampling_defaults(Path(model)),
+        sampling_defaults=source_sampling(model),
         tool_format=fmt,
         reasoning=thinking or all(t in vocab for t in THINK),
         think=(tokenizer.think_start, tokenizer.think_end) if thinking else THINK,
@@ -206,13 +247,28 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
     )
 
 
+def source_sampling(model: str) -> Sampling:
+    """The sampling defaults the model states: a GGUF's `general.sampling.*` (and an Ollama
+    model's params over them), a directory's generation_config.json."""
+    source = resolve(model)
+    if not source.gguf:
+        return sampling_defaults(Path(source.path))
+    stated = gguf.sampling_config(gguf.read(Path(source.path)).meta)
+    return sampling_from({**stated, **source.sampling})
+
+
 def sampling_defaults(path: Path) -> Sampling:
-    """The model's own sampling defaults from its `generation_config.json`, as Hugging Face
-    defines them (`do_sample: false` means greedy); OpenAI's for what the file leaves out."""
+    """The model's own sampling defaults from its `generation_config.json`."""
     try:
         config = json.loads((path / "generation_config.json").read_text())
     except (OSError, ValueError):
         return Sampling()
+    return sampling_from(config)
+
+
+def sampling_from(config: Any) -> Sampling:
+    """Sampling defaults from generation_config.json's fields, as Hugging Face defines them
+    (`do_sample: false` means greedy); OpenAI's for what they leave out."""
     if not isinstance(config, dict):
         return Sampling()
     out: dict[str, Any] = {}

@@ -1,0 +1,139 @@
+"""Attention on the CPU with its softmax in MKL's vector math.
+
+MLX's CPU backend computes `exp` one element at a time (about 60M elements/s here), and
+attention's softmax is `exp` over every query-key pair: a 2,350-token prompt spends most of
+its prefill there, and a long conversation most of each decode step. MKL's `vmsExp`, already
+in the process under MLX's BLAS (model/blas.py), does the same at about 2.4G elements/s on
+two threads. So when a call's score matrix is large enough to pay for leaving MLX's graph
+(`MIN_SCORES`), attention runs here: scores by MLX (MKL's sgemm), the mask, the row maxima
+and sums in NumPy and the exponentials in MKL, in place on the scores' own buffer, then the
+weighted values by MLX again. Smaller calls, attention sinks and non-float32 inputs keep
+MLX's own kernel. The result equals MLX's to float32 rounding (tests/model/test_cpu_attention.py).
+
+`install()` puts this behind `mx.fast.scaled_dot_product_attention`, the function every mlx-lm
+(and mlx-vlm) model's attention goes through, for the process: the engine installs it when
+the model runs in float32 on the CPU with MKL loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import Any, Callable
+
+from . import blas
+
+log = logging.getLogger(__name__)
+
+# Score elements (batch x heads x queries x keys) from which a call leaves MLX: below it, the
+# synchronisation costs more than MLX's exp (bench/cpu_attention.py measured the crossover).
+MIN_SCORES = 1 << 15
+# Score elements computed at once: longer prompts run in blocks of queries (64 MiB of float32).
+MAX_BLOCK_SCORES = 1 << 24
+VML_LA = 0x1   # MKL's "low accuracy" mode: 1-4 ulp, ample for a softmax
+
+_original: Callable[..., Any] | None = None
+_vexp: Any = None
+
+
+def installed() -> bool:
+    return _original is not None
+
+
+def install() -> bool:
+    """Routes MLX's scaled dot-product attention through `attention`; False (nothing done)
+    without MKL."""
+    global _original, _vexp
+    if _original is not None:
+        return True
+    library = blas.mkl()
+    if library is None:
+        return False
+    import mlx.core as mx
+
+    _vexp = library.vmsExp
+    _vexp.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    _vexp.restype = None
+    fast: Any = mx.fast
+    _original = fast.scaled_dot_product_attention
+    fast.scaled_dot_product_attention = attention
+    log.info("attention: softmax in MKL's vector math for calls of %d scores or more",
+             MIN_SCORES)
+    return True
+
+
+def uninstall() -> None:
+    global _original
+    if _original is None:
+        return
+    import mlx.core as mx
+
+    fast: Any = mx.fast
+    fast.scaled_dot_product_attention = _original
+    _original = None
+
+
+def attention(queries: Any, keys: Any, values: Any, *, scale: float, mask: Any = None,
+              sinks: Any = None, stream: Any = None) -> Any:
+    """`mx.fast.scaled_dot_product_attention`'s contract: queries (B, H, L, D), keys and
+    values (B, Hkv, S, D) with H a multiple of Hkv, `mask` None, "causal" (the last L keys
+    are the queries' own positions) or an array broadcastable to (B, H, L, S): boolean (True
+    attends) or additive."""
+    import mlx.core as mx
+
+    assert _original is not None
+    batch, heads, length, _ = queries.shape
+    kv_heads, span = keys.shape[1], keys.shape[2]
+    if (sinks is not None or batch * heads * length * span < MIN_SCORES
+            or queries.dtype != mx.float32 or keys.dtype != mx.float32
+            or (isinstance(mask, str) and mask != "causal")):
+        return _original(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+    rows = max(1, MAX_BLOCK_SCORES // max(1, batch * heads * span))
+    if rows >= length:
+        return _block(queries, keys, values, scale, mask, 0, length)
+    return mx.concatenate([_block(queries, keys, values, scale, mask, start,
+                                  min(length, start + rows))
+                           for start in range(0, length, rows)], axis=2)
+
+
+def _block(queries: Any, keys: Any, values: Any, scale: float, mask: Any, start: int,
+           stop: int) -> Any:
+    """Attention of the queries start..stop (of L) over every key."""
+    import mlx.core as mx
+    import numpy as np
+
+    batch, heads, length, dims = queries.shape
+    kv_heads, span = keys.shape[1], keys.shape[2]
+    group = heads // kv_heads
+    rows = stop - start
+    # The heads sharing a key head are one matrix product: (B, Hkv, group*rows, D) @ K^T.
+    q = (queries[:, :, start:stop] * scale).reshape(batch, kv_heads, group * rows, dims)
+    scores = q @ keys.swapaxes(-1, -2)
+    dense = None
+    if isinstance(mask, mx.array):
+        dense = mask[..., start:stop, :] if mask.ndim >= 2 and mask.shape[-2] == length \
+            else mask
+        mx.eval(scores, dense)
+    else:
+        mx.eval(scores)
+    s = np.asarray(scores).reshape(batch, kv_heads, group, rows, span)
+    # Masked scores become float32's lowest, as MLX's own kernel masks: a row with nothing
+    # to attend to (a batch's left padding) averages its values instead of making NaNs.
+    lowest = np.finfo(np.float32).min
+    if isinstance(mask, str):   # causal: query i sees keys up to span - length + i
+        first = span - length + start
+        np.copyto(s, lowest,
+                  where=np.arange(span)[None, :] > first + np.arange(rows)[:, None])
+    elif dense is not None:
+        m = np.broadcast_to(np.asarray(dense), (batch, heads, rows, span)) \
+            .reshape(batch, kv_heads, group, rows, span)
+        if m.dtype == np.bool_:
+            np.copyto(s, lowest, where=~m)
+        else:
+            s += m
+    with np.errstate(over="ignore"):   # lowest - max is -inf, whose exp is the 0 wanted
+        s -= s.max(axis=-1, keepdims=True)
+    _vexp(s.size, s.ctypes.data, s.ctypes.data, VML_LA)
+    s /= s.sum(axis=-1, keepdims=True)
+    weights = mx.array(s.reshape(batch, kv_heads, group * rows, span))
+    return (weights @ values).reshape(batch, heads, rows, dims)
