@@ -32,6 +32,7 @@ class NewConversation:
 
     items: list[wire.InputItem] | None = None
     metadata: dict[str, str] | None = None
+    safety_identifier: str | None = None   # openai-python sends it; no effect here
 
 
 @attrs.frozen(kw_only=True)

@@ -399,6 +399,7 @@ class CompactRequest:
     prompt_cache_options: CompactPromptCacheOptions | None = None
     image: ImageOptions | None = None
     service_tier: str | None = None
+    safety_identifier: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
 
