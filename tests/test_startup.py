@@ -56,14 +56,15 @@ def test_a_missing_model_directory_is_one_line():
 
 
 def test_a_model_directory_without_config_json_is_one_line(tmp_path: Path):
-    """A directory that is not an mlx-lm model (no config.json) fails before it loads; so
-    does a file."""
+    """A directory that is neither an mlx-lm model (no config.json) nor holds a GGUF file
+    fails before it loads; so does a file that is not a GGUF."""
     fails_with(serve("--model", str(tmp_path)),
                f"triode: --model: {tmp_path}: no config.json in it (not an mlx-lm model "
-               "directory)")
+               "directory) and no GGUF file")
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"")
-    fails_with(serve("--model", str(weights)), f"triode: --model: {weights}: not a directory")
+    fails_with(serve("--model", str(weights)),
+               f"triode: --model: {weights}: not a directory or a GGUF file")
 
 
 def test_a_model_that_does_not_load_is_one_line(tmp_path: Path):

@@ -145,10 +145,12 @@ def _gemma3(meta: Metadata) -> dict[str, Any]:
     config = _common(meta)
     layers, hidden, heads = (config["num_hidden_layers"], config["hidden_size"],
                              config["num_attention_heads"])
-    # As llama.cpp runs Gemma 3 (the converter writes none of these): local layers' rotary
-    # base 10,000, five local layers to each global one, queries scaled by the head size
-    # (27B's, the only one with 62 layers, by hidden / heads).
-    config.update(rope_local_base_freq=10_000.0, sliding_window_pattern=6,
+    # As llama.cpp runs Gemma 3: local layers' rotary base as stated (10,000 in files that
+    # predate the key), five local layers to each global one (the converter does not write
+    # the pattern), queries scaled by the head size (27B's, the only one with 62 layers, by
+    # hidden / heads).
+    config.update(rope_local_base_freq=float(meta.model("rope.freq_base_swa", 10_000.0)),
+                  sliding_window_pattern=6,
                   sliding_window=int(meta.model("attention.sliding_window", 4096)),
                   query_pre_attn_scalar=hidden // heads if layers == 62
                   else config["head_dim"])
@@ -279,7 +281,7 @@ def raw_tensors(gguf: GgufFile, keep_float: bool) -> dict[str, Any]:
 
     if gguf.mlx_reads_all():
         load: Any = mx.load
-        loaded: dict[str, Any] = load(str(gguf.path))
+        loaded: dict[str, Any] = load(str(gguf.path), format="gguf")   # Ollama blobs: no suffix
         return loaded
     from gguf.quants import dequantize
 
@@ -343,8 +345,9 @@ def config_for(gguf: GgufFile, raw: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def build_model(gguf: GgufFile, keep_float: bool) -> Any:
-    """mlx-lm's model class for the architecture, holding the file's weights."""
+def build_model(gguf: GgufFile, keep_float: bool) -> tuple[Any, dict[str, Any]]:
+    """mlx-lm's model class for the architecture, holding the file's weights, and the
+    config.json it was built from."""
     import mlx.core as mx
     import mlx.nn
     from mlx_lm.utils import _get_classes
@@ -372,7 +375,7 @@ def build_model(gguf: GgufFile, keep_float: bool) -> Any:
         scale_rotary(model, config, raw[ROPE_FACTORS])
     mx.eval(model.parameters())
     model.eval()
-    return model
+    return model, config
 
 
 class FactorRoPE:
@@ -430,6 +433,7 @@ def tokenizer_files(gguf: GgufFile) -> dict[str, Any]:
         backend.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in splits]
             + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer = _as_llama_cpp_reads_it(json.loads(backend.to_str()), meta, len(tokens))
 
     def token(key: str) -> str | None:
         index = meta.get(f"tokenizer.ggml.{key}")
@@ -446,7 +450,42 @@ def tokenizer_files(gguf: GgufFile) -> dict[str, Any]:
         "model_max_length": int(meta.model("context_length", 0)) or None,
         "chat_template": meta.get("tokenizer.chat_template"),
     }
-    return {"tokenizer.json": json.loads(backend.to_str()), "tokenizer_config.json": config}
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
+
+
+# SentencePiece's space prefix as llama.cpp adds it (at the start and after each special
+# token) and as the repositories' legacy tokenizer.json files write it.
+SPM_PREFIX_NORMALIZER = {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "\u2581"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+SPM_PREFIX_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+# Phi-3's special tokens swallow the whitespace after them, but for these (llama.cpp's rule
+# for the phi3 vocabulary, as Phi-3's own tokenizer.json marks them).
+PHI3_KEEP_SPACE = ("<unk>", "<s>", "<|endoftext|>")
+
+
+def _as_llama_cpp_reads_it(tokenizer: dict[str, Any], meta: Metadata, vocab_size: int
+                           ) -> dict[str, Any]:
+    """What transformers' mapping makes of a GGUF tokenizer, brought to what llama.cpp and the
+    model's own repository do where the two differ: no added token past the vocabulary
+    (GPT-2's default `<|endoftext|>`), a SentencePiece vocabulary's space prefix after special
+    tokens too (unless the file says `add_space_prefix: false`, as Gemma's does), Phi-3's
+    special tokens eating the space after them."""
+    tokenizer["added_tokens"] = [t for t in tokenizer.get("added_tokens") or ()
+                                 if t["id"] < vocab_size]
+    spm = meta.get("tokenizer.ggml.model") == "llama"
+    if spm and meta.get("tokenizer.ggml.add_space_prefix", True) \
+            and not meta.arch.startswith("gemma"):
+        tokenizer.update(normalizer=SPM_PREFIX_NORMALIZER, pre_tokenizer=None,
+                         decoder=SPM_PREFIX_DECODER)
+    if meta.arch == "phi3":
+        for token in tokenizer["added_tokens"]:
+            if token["special"] and token["content"] not in PHI3_KEEP_SPACE:
+                token["rstrip"] = True
+    return tokenizer
 
 
 def stop_tokens(gguf: GgufFile) -> list[int]:
@@ -483,7 +522,7 @@ def load(path: Path, keep_float: bool) -> tuple[Any, Any]:
     """The model and tokenizer a GGUF file holds (`keep_float`: see `raw_tensors`)."""
     gguf = read(path)
     gguf.architecture   # an architecture not served fails before anything loads
-    return build_model(gguf, keep_float), build_tokenizer(gguf)
+    return build_model(gguf, keep_float)[0], build_tokenizer(gguf)
 
 
 def sampling_config(meta: Metadata) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""Attention with its softmax in MKL's vector math equals MLX's own kernel."""
+
+from __future__ import annotations
+
+import pytest
+
+from triode.model import blas
+
+blas.preload_blas("auto")
+
+import mlx.core as mx  # noqa: E402
+
+from triode.model import cpu_attention  # noqa: E402
+
+pytestmark = pytest.mark.skipif(blas.mkl() is None, reason="needs MKL (Linux x86_64)")
+
+
+@pytest.fixture(autouse=True)
+def installed():
+    assert cpu_attention.install()
+    yield
+    cpu_attention.uninstall()
+
+
+def inputs(batch, heads, kv_heads, length, span, seed=0):
+    mx.random.seed(seed)
+    return (mx.random.normal((batch, heads, length, 64)),
+            mx.random.normal((batch, kv_heads, span, 64)) * 2,
+            mx.random.normal((batch, kv_heads, span, 64)))
+
+
+def mlx_own(q, k, v, mask):
+    assert cpu_attention._original is not None
+    return cpu_attention._original(q, k, v, scale=0.125, mask=mask)
+
+
+def close(a, b):
+    return float(mx.max(mx.abs(a - b))) < 1e-5 and not bool(mx.any(mx.isnan(a)))
+
+
+@pytest.mark.parametrize("shape", [(1, 9, 3, 512, 700), (2, 4, 2, 64, 64), (1, 3, 3, 300, 900)])
+def test_causal_prefill_chunks(shape):
+    """A prompt's chunk after a cached prefix: the last L keys are the queries' own."""
+    q, k, v = inputs(*shape)
+    assert close(cpu_attention.attention(q, k, v, scale=0.125, mask="causal"),
+                 mlx_own(q, k, v, "causal"))
+
+
+def test_decode_over_a_long_context_without_a_mask():
+    q, k, v = inputs(1, 9, 3, 1, 5000)
+    assert close(cpu_attention.attention(q, k, v, scale=0.125), mlx_own(q, k, v, None))
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_batched_decode_with_padding_masks(kind):
+    """A batch's left padding as a boolean or additive mask broadcast over heads."""
+    q, k, v = inputs(8, 9, 3, 1, 900)
+    keep = mx.random.uniform(shape=(8, 1, 1, 900)) > 0.2
+    mask = keep if kind == "bool" else mx.where(keep, 0.0, -1e9)
+    assert close(cpu_attention.attention(q, k, v, scale=0.125, mask=mask),
+                 mlx_own(q, k, v, mask))
+
+
+def test_a_row_with_nothing_to_attend_to_averages_as_mlx_does():
+    """A fully masked query row (left padding) gives MLX's uniform average, never NaN."""
+    q, k, v = inputs(2, 4, 2, 40, 900)
+    mask = mx.random.uniform(shape=(2, 1, 40, 900)) > 0.5
+    mask[0, :, 3, :] = False
+    assert close(cpu_attention.attention(q, k, v, scale=0.125, mask=mask),
+                 mlx_own(q, k, v, mask))
+
+
+def test_long_prompts_run_in_blocks_of_queries():
+    """Past MAX_BLOCK_SCORES the queries run in blocks; the result is the same."""
+    q, k, v = inputs(1, 9, 3, 2000, 2000)
+    assert 9 * 2000 * 2000 > cpu_attention.MAX_BLOCK_SCORES
+    assert close(cpu_attention.attention(q, k, v, scale=0.125, mask="causal"),
+                 mlx_own(q, k, v, "causal"))
+
+
+def test_small_calls_and_sinks_stay_with_mlx():
+    """Below MIN_SCORES, and with attention sinks, MLX's own kernel runs (same bits)."""
+    q, k, v = inputs(1, 2, 1, 1, 100)
+    assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125), mlx_own(q, k, v, None))
+    q, k, v = inputs(1, 4, 2, 64, 600)
+    sinks = mx.zeros((4,))
+    own = cpu_attention._original(q, k, v, scale=0.125, mask="causal", sinks=sinks)
+    assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125, mask="causal",
+                                                  sinks=sinks), own)
