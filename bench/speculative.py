@@ -20,8 +20,17 @@ Workloads:
              ways sample different tokens, so end-of-sequence is ignored and every sequence
              runs to --max-tokens: the same work both ways)
 
-Models: `bundled` (the 2.1M-parameter tiny model) and `random` (bench/throughput.py's 76M
-random-weight qwen3 with the bundled tokenizer, built in a temporary directory).
+Models: `bundled` (the 2.1M-parameter tiny model), `random` (bench/throughput.py's 76M
+random-weight qwen3 with the bundled tokenizer, built in a temporary directory) and
+`smollm2` (SmolLM2-135M-Instruct, a real model, run as the server runs it: float32 weights,
+MKL's softmax). A real model gets real tasks in place of the bundled model's `Reply with:`:
+
+    copy     "Repeat the following paragraph exactly, word for word:" and an English
+             paragraph of 6-9 sentences (SmolLM2 repeats such a paragraph verbatim)
+    edit     "Fix the typos in this text and write it again:" and a paragraph of 6-9
+             sentences with three misspelled words (it writes the paragraph back, corrected)
+    random   "Write a short story about ..." (new text: nothing in the prompt to copy)
+    sampled  the same at temperature 1
 
     .venv/bin/python bench/speculative.py                        # everything below
     .venv/bin/python bench/speculative.py --models bundled --streams 1,8 --workloads edit
@@ -102,6 +111,64 @@ def random_prompt(tokenizer, seed: int, length: int = 64) -> list[int]:
 
 PROMPTS = {"copy": copy_prompt, "edit": file_edit_prompt, "excerpt": excerpt_prompt,
            "random": random_prompt, "sampled": random_prompt}
+
+SENTENCES = (
+    "The lighthouse stood on a rocky point at the edge of the bay.",
+    "Every evening the keeper climbed the narrow stairs and trimmed the wick.",
+    "Ships far out at sea watched for its beam through the fog.",
+    "The fishermen of the village mended their nets on the harbor wall.",
+    "In spring the orchard behind the mill was white with blossom.",
+    "The miller's daughter kept bees in a row of painted hives.",
+    "A narrow road wound up the hill past the old stone church.",
+    "Children raced their bicycles down it on summer afternoons.",
+    "The baker opened his shop before dawn, and the smell of bread filled the square.",
+    "Travelers arrived on the morning train with heavy bags and tired faces.",
+    "The river was wide and slow where it passed the town.",
+    "Herons stood in the shallows, waiting for fish to swim by.",
+    "On market days the square filled with stalls of cheese, fruit and honey.",
+    "An old clock in the tower struck every hour, a little late.",
+    "The school had three classrooms and a small library full of maps.",
+    "In winter the lake froze, and everyone went skating after lunch.",
+    "The doctor visited the farms on a grey horse named Pepper.",
+    "A storm in autumn once carried away the roof of the boat house.",
+    "The village rebuilt it in a week, working from sunrise to dusk.",
+    "At night the sky was so dark that the stars seemed close enough to touch.",
+)
+TYPOS = {"lighthouse": "lighthuose", "narrow": "narow", "village": "vilage",
+         "orchard": "orchrad", "church": "chruch", "afternoons": "afternons",
+         "morning": "mornign", "market": "makret", "library": "libary", "winter": "wintre",
+         "autumn": "autunm", "stars": "stras", "square": "sqaure", "heavy": "heavey"}
+STORY_TOPICS = ("a lost cat", "a clockmaker", "a desert caravan", "a space station",
+                "a river boat", "a night market", "a mountain village", "a lighthouse")
+
+
+def paragraph(seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.sample(SENTENCES, rng.randint(6, 9)))
+
+
+def real_copy_prompt(tokenizer, seed: int) -> list[int]:
+    return encode(tokenizer, [{"role": "user", "content": "Repeat the following paragraph "
+                               "exactly, word for word:\n\n" + paragraph(seed)}])
+
+
+def real_edit_prompt(tokenizer, seed: int) -> list[int]:
+    text = paragraph(seed)
+    found = [w for w in TYPOS if w in text]
+    for word in random.Random(seed).sample(found, min(3, len(found))):
+        text = text.replace(word, TYPOS[word], 1)
+    return encode(tokenizer, [{"role": "user", "content": "Fix the typos in this text and "
+                               "write it again:\n\n" + text}])
+
+
+def real_story_prompt(tokenizer, seed: int) -> list[int]:
+    return encode(tokenizer, [{"role": "user", "content": "Write a short story about "
+                               f"{STORY_TOPICS[seed % len(STORY_TOPICS)]} (number {seed})."}])
+
+
+REAL_PROMPTS = {"copy": real_copy_prompt, "edit": real_edit_prompt,
+                "random": real_story_prompt, "sampled": real_story_prompt}
+REAL_MODELS = ("smollm2",)
 
 
 def encode(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -198,6 +265,8 @@ def main() -> int:
                         help="also the copy task through two real servers (`--speculative "
                         "off` and the default), streamed, one request at a time: decode "
                         "tokens per second from each response's first delta to its last")
+    parser.add_argument("--server-model", default="bundled", choices=("bundled", *REAL_MODELS),
+                        help="the model --server runs")
     parser.add_argument("--control", action="store_true",
                         help="decode plainly both ways (an A/A run): the ratios the machine's "
                         "noise alone gives each row, to read the speculative rows against")
@@ -206,18 +275,24 @@ def main() -> int:
                         "each pair's ratio counts, the row shows their median and minimum")
     args = parser.parse_args()
 
+    from triode.model import cpu_attention
     from triode.model import speculative as spec
-    from triode.model.loading import BUNDLED_PATH, load
+    from triode.model.loading import BUNDLED_PATH, LoadOptions, load, load_model
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in filter(None, args.models.split(",")):
-            if name == "bundled":
-                path = BUNDLED_PATH
+            if name in REAL_MODELS:   # as the server runs it
+                loaded = load_model(name, LoadOptions(cpu_weights="auto"))
+                model, tokenizer = loaded.model, loaded.tokenizer
+                cpu_attention.install()
             else:
-                log(f"building the {name} model")
-                path = create_random_model(Path(scratch) / name, RANDOM_SIZES[name])
-            model, tokenizer = load(str(path))
+                if name == "bundled":
+                    path = BUNDLED_PATH
+                else:
+                    log(f"building the {name} model")
+                    path = create_random_model(Path(scratch) / name, RANDOM_SIZES[name])
+                model, tokenizer = load(str(path))
             hidden = getattr(model.args, "hidden_size", None)
             blas.set_threads(blas.auto_threads(hidden))
             knee = spec.calibrate(model)
@@ -241,7 +316,8 @@ def measure(model, tokenizer, name: str, workload: str, streams: int, args, knee
     """One row: --repeat interleaved pairs of runs, plain then speculative."""
     temperature = 1.0 if workload == "sampled" else 0.0
     count = max(8, streams * args.requests)
-    prompts = [PROMPTS[workload](tokenizer, seed) for seed in range(count)]
+    builders = REAL_PROMPTS if name in REAL_MODELS else PROMPTS
+    prompts = [builders[workload](tokenizer, seed) for seed in range(count)]
     decode_both(model, tokenizer, prompts[:1], 1, 8, knee)   # warm up
     ratios, decode_ratios, rates, same = [], [], [], True
     counts: dict[str, int] = {}
@@ -283,8 +359,15 @@ def measure_servers(args) -> list[str]:
     from triode.model.loading import BUNDLED_PATH
 
     rng = random.Random(31)
-    prompts = ["Reply with: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(60, 90)))
-               for _ in range(max(6, args.requests))]
+    real = args.server_model in REAL_MODELS
+    if real:
+        prompts = ["Repeat the following paragraph exactly, word for word:\n\n" + paragraph(i)
+                   for i in range(max(6, args.requests))]
+    else:
+        prompts = ["Reply with: " + " ".join(rng.choice(WORDS)
+                                             for _ in range(rng.randint(60, 90)))
+                   for _ in range(max(6, args.requests))]
+    model = args.server_model if real else BUNDLED_PATH
 
     def run(url: str) -> tuple[float, int, list[str]]:
         client = OpenAI(base_url=url + "/v1", api_key="unused")
@@ -294,7 +377,7 @@ def measure_servers(args) -> list[str]:
             done = None
             for event in client.responses.create(model=throughput.ALIAS, input=prompt,
                                                  max_output_tokens=args.max_tokens,
-                                                 stream=True):
+                                                 temperature=0, stream=True):
                 if event.type.endswith(".delta"):
                     last = time.perf_counter()
                     first = first or last
@@ -310,9 +393,9 @@ def measure_servers(args) -> list[str]:
     with tempfile.TemporaryDirectory() as scratch:
         throughput.TRIODE_ENV.clear()
         throughput.TRIODE_ENV["TRIODE_SPECULATIVE"] = "off"
-        with throughput.triode_server(BUNDLED_PATH, 1, Path(scratch) / "off.log") as off:
+        with throughput.triode_server(model, 1, Path(scratch) / "off.log") as off:
             throughput.TRIODE_ENV["TRIODE_SPECULATIVE"] = "ngram"
-            with throughput.triode_server(BUNDLED_PATH, 1, Path(scratch) / "on.log") as on:
+            with throughput.triode_server(model, 1, Path(scratch) / "on.log") as on:
                 run(off), run(on)   # warm up
                 for repeat in range(args.repeat):
                     (plain, tokens, slow), (fast, _, quick) = run(off), run(on)
@@ -322,7 +405,7 @@ def measure_servers(args) -> list[str]:
                     log(f"server copy run {repeat + 1}: plain {plain:.0f}/s, speculative "
                         f"{fast:.0f}/s ({ratios[-1]:.2f}x), same text: {slow == quick}")
                 health = httpx.get(on + "/health").json()["speculation"]
-    return ["bundled", "copy, through the server", "1", str(tokens),
+    return [args.server_model, "copy, through the server", "1", str(tokens),
             f"{statistics.median(r[0] for r in rates):.0f}",
             f"{statistics.median(r[1] for r in rates):.0f}",
             f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x", f"{max(ratios):.2f}x",
