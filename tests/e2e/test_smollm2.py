@@ -113,20 +113,25 @@ def chain(client, turns: int) -> list:
     return responses
 
 
-def test_a_ten_turn_chain_reuses_the_prompt_cache(smol):
+@pytest.fixture(scope="module")
+def ten_turns(smol) -> list:
+    return chain(smol.client(), 10)
+
+
+def test_a_ten_turn_chain_reuses_the_prompt_cache(ten_turns):
     """Each turn's cached_tokens covers at least 95% of the tokens of the turns before it."""
-    responses = chain(smol.client(), 10)
+    responses = ten_turns
     for before, turn in zip(responses, responses[1:]):
         earlier = before.usage.input_tokens + before.usage.output_tokens
         cached = turn.usage.input_tokens_details.cached_tokens
         assert cached >= 0.95 * earlier, (turn.usage, before.usage)
 
 
-def test_a_ten_turn_chain_compacts_and_continues(smol):
+def test_a_ten_turn_chain_compacts_and_continues(smol, ten_turns):
     """/compact on a 10-turn chain gives kept items and a real summary; the next turn sent
-    with them instead of the chain completes on a shorter prompt."""
+    with them instead of the chain answers on a shorter prompt."""
     client = smol.client()
-    last = chain(client, 10)[-1]
+    last = ten_turns[-1]
     compacted = smol.http.post("/v1/responses/compact", json={
         "model": NAME, "previous_response_id": last.id, "keep_tokens": 64,
         "max_output_tokens": 48})
