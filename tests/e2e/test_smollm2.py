@@ -43,6 +43,13 @@ def test_a_fixed_greedy_question_names_paris(smol):
     assert smol.health()["weights"].startswith("float32 (stored as 4/8-bit)")
 
 
+def test_sampling_defaults_are_the_model_cards(smol):
+    """A request that leaves sampling out gets SmolLM2's model card's: temperature 0.2,
+    top_p 0.9 (the file states none)."""
+    resp = smol.client().responses.create(model=NAME, input="Hi", max_output_tokens=2)
+    assert (resp.temperature, resp.top_p) == (0.2, 0.9)
+
+
 def test_the_stream_carries_the_same_text_as_the_response(smol):
     """Streamed deltas join to exactly the text the same greedy request returns whole."""
     client = smol.client()

