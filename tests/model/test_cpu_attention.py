@@ -79,9 +79,14 @@ def test_long_prompts_run_in_blocks_of_queries():
 
 
 def test_small_calls_and_sinks_stay_with_mlx():
-    """Below MIN_SCORES, and with attention sinks, MLX's own kernel runs (same bits)."""
-    q, k, v = inputs(1, 2, 1, 1, 100)
-    assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125), mlx_own(q, k, v, None))
+    """Decode rows under MIN_ROW_SCORES, whatever their number of queries (a speculative
+    verifying pass routes as the plain step it stands for), and attention sinks keep MLX's
+    own kernel (same bits)."""
+    for length in (1, 9, cpu_attention.PREFILL_QUERIES - 1):
+        q, k, v = inputs(1, 9, 3, length, 1800)
+        assert 9 * 1800 < cpu_attention.MIN_ROW_SCORES
+        assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125, mask="causal"),
+                              mlx_own(q, k, v, "causal"))
     q, k, v = inputs(1, 4, 2, 64, 600)
     sinks = mx.zeros((4,))
     own = cpu_attention._original(q, k, v, scale=0.125, mask="causal", sinks=sinks)

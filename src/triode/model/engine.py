@@ -20,7 +20,7 @@ import attrs
 
 from . import blas, cpu_attention, precision
 from .loading import LoadOptions, ModelInfo, describe, load_model
-from .pacing import PrefillPacer
+from .pacing import CPU_MAX_CHUNK, MAX_CHUNK, PrefillPacer
 from .disk_cache import LOAD_POLL_SECONDS, DiskTier
 from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_snapshots,
                            snapshot_point, turn_close)
@@ -265,7 +265,8 @@ class Engine:
         model, tokenizer, vision, weights = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
-        if precision.on_cpu():
+        cpu = precision.on_cpu()
+        if cpu:
             cpu_attention.install()
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
                                      self.load_options), blas_threads=threads,
@@ -307,7 +308,7 @@ class Engine:
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
         loading: dict[int, Insert] = {}   # our uid → its Insert, waiting for a disk load
         outputs: list[StepOutput] = []
-        pacer = PrefillPacer(self.prefill_chunk)
+        pacer = PrefillPacer(self.prefill_chunk, max_chunk=CPU_MAX_CHUNK if cpu else MAX_CHUNK)
 
         def start(cmd: Insert, kv: Any, reused: int) -> None:
             seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close,

@@ -10,7 +10,8 @@ The pacer sizes that chunk from what it measures: the time of a step without pre
 streams' own pace) and the prefill rate in tokens/s. While sequences decode, a chunk gets
 `share` of a step's time (split between the prompts being prefilled), so a stream's gap
 stays near `1 + share` of its usual one; when nothing decodes, prompts are prefilled in
-full-size chunks. A fixed `--prefill-chunk` replaces the measurement.
+full-size chunks (2,048 tokens; 256 on a CPU, where smaller chunks go faster). A fixed
+`--prefill-chunk` replaces the measurement.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from __future__ import annotations
 import attrs
 
 MAX_CHUNK = 2048      # mlx-lm's default prefill_step_size: a prompt alone goes at full speed
+# On MLX's CPU backend smaller chunks prefill faster: SmolLM2's 2,350-token prompt in float32
+# went at 256 / 237 / 203 / 171 tokens/s with chunks of 256 / 512 / 1,024 / 2,048
+# (bench/cpu_kernels.py; a chunk's scores and activations stay in cache).
+CPU_MAX_CHUNK = 256
 MIN_CHUNK = 32        # below this a forward pass costs about as much as it does with more
 FIRST_CHUNK = 128     # while sequences decode and nothing has been measured yet
 SHARE = 0.5           # a chunk's time as a share of a decode step's
@@ -31,6 +36,7 @@ def _average(old: float | None, new: float) -> float:
 @attrs.define
 class PrefillPacer:
     fixed: int = 0                    # --prefill-chunk: N tokens, or 0 to measure
+    max_chunk: int = MAX_CHUNK        # what a prompt alone gets (CPU_MAX_CHUNK on a CPU)
     share: float = SHARE
     step_seconds: float | None = None    # moving average of a step without prefill
     prefill_rate: float | None = None    # moving average of prefill tokens per second
@@ -41,11 +47,11 @@ class PrefillPacer:
         if self.fixed:
             return self.fixed
         if not decoding:
-            return MAX_CHUNK
+            return self.max_chunk
         if self.step_seconds is None or self.prefill_rate is None:
-            return FIRST_CHUNK
+            return min(FIRST_CHUNK, self.max_chunk)
         tokens = self.share * self.step_seconds * self.prefill_rate / max(1, prefilling)
-        return max(MIN_CHUNK, min(MAX_CHUNK, int(tokens)))
+        return max(MIN_CHUNK, min(self.max_chunk, int(tokens)))
 
     def observe(self, *, seconds: float, prompt_tokens: int, prompt_seconds: float) -> None:
         """One engine step took `seconds` in all, `prompt_seconds` of them prefilling
