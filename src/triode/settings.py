@@ -87,7 +87,8 @@ class Settings:
         None, "the model's tool-call format, overriding the one detected from its tokenizer "
         "as mlx-lm detects it: hermes, mistral, llama3, qwen3_coder, harmony (arguments stream), or "
         "any other format of the installed mlx-lm's tool_parsers (glm47, kimi_k2, minimax_m2, "
-        "gemma4, pythonic, ...; calls come out whole), or none (docs/models.md)")
+        "gemma4, pythonic, ...; calls come out whole), generic (triode's own envelope, detected "
+        "for a template without tools; docs/tools.md), or none (docs/models.md)")
     chat_template: str | None = flag(
         None, "a Jinja chat template file that replaces the model's own (for models whose "
         "template is broken or missing); the tool-call format is then inferred from it")

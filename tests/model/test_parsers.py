@@ -405,11 +405,12 @@ def test_reasoning_events_come_before_the_rest():
     ("{{- '[TOOL_CALLS]' + tool_call.name + '[ARGS]' }}", "mistral"),
     ("{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}", "llama3"),
     ("{{- '<|python_tag|>' }}", "llama3"),
-    ("{% for m in messages %}{{ m.content }}{% endfor %}", "none"),
-    (None, "none"),
+    ("{% for m in messages %}{{ m.content }}{% endfor %}", "generic"),
+    (None, "generic"),
 ])
 def test_detect_format(template, format_name):
-    """The format follows from the markers a chat template renders."""
+    """The format follows from the markers a chat template renders; a template without any
+    gets triode's generic envelope (docs/tools.md)."""
     assert detect_format(template) == format_name
 
 

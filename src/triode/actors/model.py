@@ -30,9 +30,10 @@ import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
-from ..model import harmony
+from ..model import generic_tools, harmony
 from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
 from ..model.loading import LoadOptions, ModelInfo
+from ..model.parsers import GENERIC
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
 from ..model.speculation import SpeculationStatistics
@@ -127,25 +128,30 @@ class ModelHandle:
                      template_kwargs: dict[str, Any] | None = None, *, submits: bool = True
                      ) -> Rendered:
         """Renders and tokenizes a chat in a worker thread. `submits=False` says no Submit
-        follows (counting tokens only), so the actor does not hold Inserts waiting for it."""
+        follows (counting tokens only), so the actor does not hold Inserts waiting for it.
+        With the generic tool format, triode writes the tools, calls and outputs into the
+        messages (`generic_tools.present`) and the template gets no tools."""
+        generic = self.info.tool_format == GENERIC
+
         def apply(fitted: list[dict[str, Any]]) -> str:
             text: str = self.tokenizer.apply_chat_template(
-                fitted, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                **(template_kwargs or {}))
+                fitted, tools=None if generic else tools or None, add_generation_prompt=True,
+                tokenize=False, **(template_kwargs or {}))
             return text
 
         def work() -> Rendered:
+            shown = generic_tools.present(messages, tools) if generic else messages
             try:
                 if self.info.tool_format == "harmony":   # rendered as harmony prescribes
                     text = harmony.render(messages, tools, **(template_kwargs or {}))
                 else:   # roles the template refuses are merged as docs/models.md says
-                    text = render_fitted(apply, messages, self.info.template_roles,
+                    text = render_fitted(apply, shown, self.info.template_roles,
                                          self.info.tool_format)
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None
             tokens = self.tokenizer.encode(text, add_special_tokens=False)
-            images = message_images(messages)
+            images = message_images(shown)
             if not images:
                 return Rendered(tokens, text)
             prompter = prompter_of(self.tokenizer)

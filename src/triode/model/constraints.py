@@ -208,6 +208,9 @@ def tool_name(tool: Mapping[str, Any]) -> str:
 
 
 FORCED_FORMATS = ("hermes", *FORCED)
+# Formats forced in another's syntax: triode's generic envelope is Hermes's blocks
+# (model/generic_tools.py).
+FORCED_AS = {"generic": "hermes"}
 
 
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
@@ -220,6 +223,7 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
     `mode` is "required" (any of `tools`) or the name of the one tool to call. `parallel`
     allows several calls; without it there is exactly one. `tools` are as rendered to the
     model; an error's `param` is `tools[i]...` by position in this list."""
+    tool_format = FORCED_AS.get(tool_format, tool_format)
     if tool_format not in FORCED_FORMATS:
         raise InvalidRequest(f"this model's tool-call format ({tool_format}) cannot be forced; "
                              "start triode with --tool-format to name its format",

@@ -10,7 +10,10 @@ Formats are mlx-lm's (`mlx_lm.tool_parsers`, chosen as mlx-lm chooses them: `det
 Four have parsers of their own here that stream a call's arguments while they are generated:
 `hermes` (mlx-lm's `json_tools`), `mistral`, `llama3` (which mlx-lm does not infer) and
 `qwen3_coder`. Every other mlx-lm format is parsed by mlx-lm's own parser and its calls come
-out whole (`whole`). See `base` for the events and the rule for unfinished or malformed calls.
+out whole (`whole`). A model whose template has no tool format gets triode's own envelope,
+`generic` (Hermes blocks, shown to the model by triode: `model/generic_tools.py`,
+docs/tools.md), streamed too; `none`, asked for with `--tool-format`, leaves all of the
+output text. See `base` for the events and the rule for unfinished or malformed calls.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from triode.model.parsers.base import (ParseEvent, ReasoningDelta, ReasoningDone, TextDelta,
                                        ToolCallDelta, ToolCallDone, ToolCallStart, ToolParser)
+from triode.model.parsers.generic import GenericParser
 from triode.model.parsers.harmony import HarmonyParser
 from triode.model.parsers.hermes import HermesParser
 from triode.model.parsers.llama3 import Llama3Parser
@@ -29,9 +33,9 @@ from triode.model.parsers.reasoning import THINK, ReasoningParser
 from triode.model.parsers.whole import WholeCallParser, mlx_format_names
 
 __all__ = [
-    "STREAMED", "ParseEvent", "ReasoningDelta", "ReasoningDone", "ReasoningParser", "TextDelta",
-    "ToolCallDelta", "ToolCallDone", "ToolCallStart", "canonical_format", "detect_format",
-    "format_names", "make_parser",
+    "GENERIC", "STREAMED", "ParseEvent", "ReasoningDelta", "ReasoningDone", "ReasoningParser",
+    "TextDelta", "ToolCallDelta", "ToolCallDone", "ToolCallStart", "canonical_format",
+    "detect_format", "format_names", "make_parser",
 ]
 
 Tools = Sequence[Mapping[str, Any]] | None
@@ -42,17 +46,19 @@ STREAMED: dict[str, Callable[[Tools], ToolParser]] = {
     "mistral": lambda tools: MistralParser(),
     "llama3": lambda tools: Llama3Parser(),
     "qwen3_coder": Qwen3CoderParser,
+    "generic": lambda tools: GenericParser(),
 }
 # mlx-lm's names for formats triode calls otherwise.
 ALIASES = {"json_tools": "hermes"}
 NONE = "none"
+GENERIC = "generic"   # triode's envelope for a template without tools (`model/generic_tools.py`)
 HARMONY = "harmony"   # gpt-oss: rendered and parsed by triode itself (`model/harmony.py`)
 
 
 def format_names() -> tuple[str, ...]:
-    """Every format `--tool-format` accepts: triode's streamed ones and harmony, each other
-    format the installed mlx-lm has, and `none` (mlx-lm's `json_tools` is accepted as
-    `hermes`)."""
+    """Every format `--tool-format` accepts: triode's streamed ones (`generic` among them)
+    and harmony, each other format the installed mlx-lm has, and `none` (mlx-lm's
+    `json_tools` is accepted as `hermes`)."""
     return (*STREAMED, HARMONY,
             *(n for n in mlx_format_names() if n not in STREAMED and n not in ALIASES), NONE)
 
@@ -104,7 +110,8 @@ def detect_format(chat_template: str | None, vocab: Mapping[str, int] | None = N
     the vocabulary (`mlx_lm.tokenizer_utils._infer_tool_parser`, in its order: a GLM template
     contains `<tool_call>` too, and is glm47, not Hermes). Where mlx-lm infers nothing, the
     markers of triode's own formats: `<tool_call>` (Hermes, or Qwen3-Coder with `<function=`)
-    and Llama 3's headers. Harmony (gpt-oss), which mlx-lm has no parser for, comes first."""
+    and Llama 3's headers; with none of them, triode's `generic` envelope. Harmony (gpt-oss),
+    which mlx-lm has no parser for, comes first."""
     if chat_template and "<|channel|>" in chat_template and "<|message|>" in chat_template:
         return HARMONY   # gpt-oss
     if configured:
@@ -122,4 +129,4 @@ def detect_format(chat_template: str | None, vocab: Mapping[str, int] | None = N
         return "mistral"
     if "<|python_tag|>" in template or "<|start_header_id|>" in template:
         return "llama3"
-    return NONE
+    return GENERIC
