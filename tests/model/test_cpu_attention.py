@@ -92,3 +92,16 @@ def test_small_calls_and_sinks_stay_with_mlx():
     own = cpu_attention._original(q, k, v, scale=0.125, mask="causal", sinks=sinks)
     assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125, mask="causal",
                                                   sinks=sinks), own)
+
+
+def test_routed_blocks_count_and_the_last_to_leave_uninstalls():
+    """An engine routes attention for its lifetime only; two at once share the routing."""
+    cpu_attention.uninstall()
+    own = mx.fast.scaled_dot_product_attention
+    with cpu_attention.routed() as first:
+        assert first and mx.fast.scaled_dot_product_attention is cpu_attention.attention
+        with cpu_attention.routed():
+            pass
+        assert mx.fast.scaled_dot_product_attention is cpu_attention.attention
+    assert mx.fast.scaled_dot_product_attention is own and not cpu_attention.installed()
+    assert cpu_attention.install()   # the fixture's uninstall expects it

@@ -11,15 +11,18 @@ weighted values by MLX again. Smaller calls, attention sinks and non-float32 inp
 MLX's own kernel. The result equals MLX's to float32 rounding (tests/model/test_cpu_attention.py).
 
 `install()` puts this behind `mx.fast.scaled_dot_product_attention`, the function every mlx-lm
-(and mlx-vlm) model's attention goes through, for the process: the engine installs it when
-the model runs in float32 on the CPU with MKL loaded.
+(and mlx-vlm) model's attention goes through, for the process; `routed()` does so for as long
+as a block runs (counted: the last to leave uninstalls it). The engine runs in `routed()`
+when the model is on the CPU with MKL loaded, so nothing outside a running engine (another
+engine's tests, a bench comparing with MLX's own kernels) sees it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import blas
 
@@ -46,6 +49,7 @@ EXP_FLOOR = -80.0
 
 _original: Callable[..., Any] | None = None
 _vexp: Any = None
+_users = 0   # routed() blocks running
 
 
 def installed() -> bool:
@@ -72,6 +76,21 @@ def install() -> bool:
     log.info("attention: softmax in MKL's vector math for prompts and for decode rows of %d "
              "scores or more", MIN_ROW_SCORES)
     return True
+
+
+@contextlib.contextmanager
+def routed() -> Iterator[bool]:
+    """Installed for the block (whether it could be: MKL is loaded); uninstalled when the
+    last block routed so ends."""
+    global _users
+    on = install()
+    _users += on
+    try:
+        yield on
+    finally:
+        _users -= on
+        if on and not _users:
+            uninstall()
 
 
 def uninstall() -> None:

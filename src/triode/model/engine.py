@@ -11,6 +11,7 @@ the thread makes the next exchange raise, which ends the loop.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -266,8 +267,6 @@ class Engine:
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
-        if cpu:
-            cpu_attention.install()
         info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
                                      self.load_options), blas_threads=threads,
                             vision=vision is not None, weights=weights)
@@ -323,6 +322,9 @@ class Engine:
                                 disk.figures() if disk is not None else None)
 
         report = _SpeculationReport(generator, self.speculative == "ngram")
+        kernels = contextlib.ExitStack()   # the CPU's attention, for the engine's lifetime
+        if cpu:
+            kernels.enter_context(cpu_attention.routed())
         try:
             while True:
                 idle = not running and not loading
@@ -401,6 +403,7 @@ class Engine:
                                               getattr(r, "drafted", False)))
                     seq.cached_tokens = 0   # reported on the first output only
         finally:
+            kernels.close()
             generator.close()
             if disk is not None:
                 assert cache is not None
