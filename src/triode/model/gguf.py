@@ -102,7 +102,7 @@ class Metadata:
         return value
 
 
-# (metadata, the tensors' names) -> mlx-lm's config.json for the architecture
+# metadata -> mlx-lm's config.json for the architecture
 ConfigReader = Callable[[Metadata], dict[str, Any]]
 
 
