@@ -192,30 +192,9 @@ Request = Callable[..., Any]
 
 def drive(base_url: str, request: Request, jobs: list[list[dict]], concurrency: int,
           max_tokens: int) -> tuple[list[tuple[int, float, float]], float]:
-    """C workers on keep-alive connections taking jobs in order: each job's (tokens, ttft,
-    last) and the wall time."""
-    import trio
-
-    async def main() -> tuple[list[tuple[int, float, float]], float]:
-        todo = iter(jobs)
-        done: list[tuple[int, float, float]] = []
-
-        async def worker() -> None:
-            conn = tp.Connection(base_url)
-            try:
-                for messages in todo:
-                    done.append(await request(conn, messages, max_tokens))
-            finally:
-                if conn.stream is not None:
-                    await conn.stream.aclose()
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
-        return done, time.perf_counter() - start
-
-    return trio.run(main)
+    """C workers taking jobs in order: each job's (tokens, ttft, last) and the wall time."""
+    return tp.run_workers(base_url, lambda conn, messages: request(conn, messages, max_tokens),
+                          jobs, concurrency)
 
 
 def agent(base_url: str, request: Request) -> float:

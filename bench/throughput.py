@@ -371,6 +371,10 @@ def mlx_lm_server(model_dir: Path, concurrency: int, log_path: Path, *,
 # (b) and (c): streaming HTTP clients
 
 
+class RemoteClosedEarly(RuntimeError):
+    """The server closed the connection before sending anything of its response."""
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection (h11 over a trio socket), the way one client
     worker holds one pooled connection. The bench client shares the machine's two cores with
@@ -387,7 +391,25 @@ class Connection:
 
     async def events(self, path: str, body: dict):
         """POSTs `body` as JSON and yields each SSE `data:` payload (bytes) to the stream's
-        end, so that the connection can carry the next request."""
+        end, so that the connection can carry the next request. A kept-alive connection the
+        server closed meanwhile (llama-server closes idle ones) is opened anew and the request
+        sent again, as HTTP clients do when nothing of the response had arrived."""
+        import h11
+
+        reused = self.stream is not None and self.h11.our_state is h11.IDLE
+        try:
+            async for data in self._events(path, body):
+                reused = False   # something arrived: never sent twice from here on
+                yield data
+        except RemoteClosedEarly:
+            if not reused:
+                raise
+            await self.stream.aclose()
+            self.stream = None
+            async for data in self._events(path, body):
+                yield data
+
+    async def _events(self, path: str, body: dict):
         import h11
         import trio
 
@@ -399,18 +421,35 @@ class Connection:
             self.h11 = h11.Connection(h11.CLIENT)
         conn = self.h11
         payload = json.dumps(body).encode()
-        await self.stream.send_all(
-            conn.send(h11.Request(method="POST", target=path, headers=[
-                ("Host", self.host), ("Content-Type", "application/json"),
-                ("Accept", "text/event-stream"), ("Content-Length", str(len(payload)))]))
-            + conn.send(h11.Data(data=payload)) + conn.send(h11.EndOfMessage()))
         status = None
         pending = b""
+
+        async def next_event():
+            """h11's next event, reading as needed; a kept-alive connection the server had
+            closed before anything of the response came is RemoteClosedEarly."""
+            while True:
+                try:
+                    event = conn.next_event()
+                    if event is not h11.NEED_DATA:
+                        return event
+                    conn.receive_data(await self.stream.receive_some(65536))
+                except (h11.RemoteProtocolError, trio.BrokenResourceError, OSError) as exc:
+                    if status is None:
+                        raise RemoteClosedEarly(f"{path}: connection closed before a "
+                                                "response") from exc
+                    raise
+
+        try:
+            await self.stream.send_all(
+                conn.send(h11.Request(method="POST", target=path, headers=[
+                    ("Host", self.host), ("Content-Type", "application/json"),
+                    ("Accept", "text/event-stream"), ("Content-Length", str(len(payload)))]))
+                + conn.send(h11.Data(data=payload)) + conn.send(h11.EndOfMessage()))
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise RemoteClosedEarly(f"{path}: connection closed before the request") from exc
         while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await self.stream.receive_some(65536))
-            elif isinstance(event, h11.Response):
+            event = await next_event()
+            if isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):
                 pending += event.data
@@ -431,6 +470,8 @@ class Connection:
                     raise RuntimeError(f"{path}: HTTP {status}: {pending[:500]!r}")
                 return
             elif isinstance(event, h11.ConnectionClosed):
+                if status is None:
+                    raise RemoteClosedEarly(f"{path}: connection closed before a response")
                 raise RuntimeError(f"{path}: connection closed mid-response")
 
 
@@ -478,21 +519,23 @@ async def one_chat_request(conn: Connection, prompt: str, max_tokens: int,
     return tokens, ttft or time.perf_counter() - start
 
 
-def drive_http(base_url: str, one_request, prompts: list[str], concurrency: int) -> Result:
-    """C workers, each sending its next prompt as soon as its previous response has ended,
-    each on its own keep-alive connection."""
+def run_workers(base_url: str, one_request, jobs: list, concurrency: int
+                ) -> tuple[list, float]:
+    """C workers, each on its own keep-alive connection, taking the next job as soon as its
+    previous response has ended: every job's result (in completion order) and the wall
+    time."""
     import trio
 
-    async def main() -> Result:
-        todo = iter(prompts)   # shared: trio tasks switch only at awaits
-        done: list[tuple[int, float]] = []
+    async def main() -> tuple[list, float]:
+        todo = iter(jobs)   # shared: trio tasks switch only at awaits
+        done: list = []
 
         async def worker() -> None:
             conn = Connection(base_url)
             try:
-                for prompt in todo:
+                for job in todo:
                     with trio.fail_after(REQUEST_TIMEOUT):
-                        done.append(await one_request(conn, prompt))
+                        done.append(await one_request(conn, job))
             finally:
                 if conn.stream is not None:
                     await conn.stream.aclose()
@@ -501,10 +544,15 @@ def drive_http(base_url: str, one_request, prompts: list[str], concurrency: int)
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(worker)
-        seconds = time.perf_counter() - start
-        return Result(sum(t for t, _ in done), seconds, [ttft for _, ttft in done])
+        return done, time.perf_counter() - start
 
     return trio.run(main)
+
+
+def drive_http(base_url: str, one_request, prompts: list[str], concurrency: int) -> Result:
+    """`run_workers` over the prompts: tokens, wall time and each request's TTFT."""
+    done, seconds = run_workers(base_url, one_request, prompts, concurrency)
+    return Result(sum(t for t, _ in done), seconds, [ttft for _, ttft in done])
 
 
 def measure_server(server, one_request, model_dir: Path, prompts: list[str], concurrency: int,
