@@ -28,6 +28,8 @@ the same float32 weights (decode tokens/s after the first token; the 2,350-token
 
 Five runs by default; the table gives each figure's median and range and triode's ratio to
 each peer (medians). Every ratio comes from one invocation on one machine.
+`--from-log LOG` prints the table of the runs an invocation's progress log (its stderr)
+recorded, for one stopped before its last run; the in-process figures are measured anew.
 
     .venv/bin/python bench/peers.py                       # the full bench (about an hour)
     .venv/bin/python bench/peers.py --runs 1 --workloads decode,ttft --servers triode,llama
@@ -384,6 +386,22 @@ def table(results: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     return "\n".join(rows)
 
 
+def logged_runs(path: Path) -> dict[str, list[dict[str, float]]]:
+    """The runs a progress log records: each `run i/n: kind` line, then its figures."""
+    import ast
+
+    results: dict[str, list[dict[str, float]]] = {}
+    kind = None
+    for line in path.read_text().splitlines():
+        message = line.partition("] ")[2]
+        if message.startswith("run ") and ": " in message:
+            kind = message.rpartition(": ")[2]
+        elif message.startswith("  {") and kind is not None:
+            results.setdefault(kind, []).append(ast.literal_eval(message.strip()))
+            kind = None
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None,
@@ -392,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--no-in-process", action="store_true")
+    parser.add_argument("--from-log", type=Path, default=None,
+                        help="measure no server: take the runs an earlier invocation's "
+                             "progress log (its stderr) records, e.g. one stopped before "
+                             "its last run, and print their table")
     args = parser.parse_args(argv)
     servers = args.servers.split(",")
     workloads = args.workloads.split(",")
@@ -405,8 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     if "mlx_lm" in servers:
         log(f"mlx_lm.server directory: {converted_directory(gguf_file)}")
     results: dict[str, list[dict[str, float]]] = {s: [] for s in servers}
+    if args.from_log is not None:
+        results = logged_runs(args.from_log)
+        servers = list(results)
+        args.runs = max(len(runs) for runs in results.values())
     with tempfile.TemporaryDirectory(prefix="triode-peers-") as tmp:
-        for run in range(args.runs):
+        for run in range(args.runs if args.from_log is None else 0):
             order = servers[run % len(servers):] + servers[:run % len(servers)]
             for kind in order:
                 log(f"run {run + 1}/{args.runs}: {kind}")

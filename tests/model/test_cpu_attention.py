@@ -54,8 +54,9 @@ def test_decode_over_a_long_context_without_a_mask():
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 def test_batched_decode_with_padding_masks(kind):
     """A batch's left padding as a boolean or additive mask broadcast over heads."""
-    q, k, v = inputs(8, 9, 3, 1, 900)
-    keep = mx.random.uniform(shape=(8, 1, 1, 900)) > 0.2
+    q, k, v = inputs(8, 9, 3, 1, 1100)
+    assert 1100 >= cpu_attention.MIN_DECODE_KEYS
+    keep = mx.random.uniform(shape=(8, 1, 1, 1100)) > 0.2
     mask = keep if kind == "bool" else mx.where(keep, 0.0, -1e9)
     assert close(cpu_attention.attention(q, k, v, scale=0.125, mask=mask),
                  mlx_own(q, k, v, mask))
@@ -79,7 +80,7 @@ def test_long_prompts_run_in_blocks_of_queries():
 
 
 def test_small_calls_and_sinks_stay_with_mlx():
-    """Decode rows under MIN_ROW_SCORES, whatever their number of queries (a speculative
+    """Decode rows under MIN_ROW_SCORES or MIN_DECODE_KEYS, whatever their number of queries (a speculative
     verifying pass routes as the plain step it stands for), and attention sinks keep MLX's
     own kernel (same bits)."""
     for length in (1, 9, cpu_attention.PREFILL_QUERIES - 1):
@@ -87,6 +88,10 @@ def test_small_calls_and_sinks_stay_with_mlx():
         assert 9 * 1800 < cpu_attention.MIN_ROW_SCORES
         assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125, mask="causal"),
                               mlx_own(q, k, v, "causal"))
+    # A batch of short sequences stays too, however many scores it has in all.
+    q, k, v = inputs(32, 9, 3, 1, 300)
+    assert 300 < cpu_attention.MIN_DECODE_KEYS and 32 * 9 * 300 >= cpu_attention.MIN_ROW_SCORES
+    assert mx.array_equal(cpu_attention.attention(q, k, v, scale=0.125), mlx_own(q, k, v, None))
     q, k, v = inputs(1, 4, 2, 64, 600)
     sinks = mx.zeros((4,))
     own = cpu_attention._original(q, k, v, scale=0.125, mask="causal", sinks=sinks)

@@ -5,7 +5,7 @@ attention's softmax is `exp` over every query-key pair: a 2,350-token prompt spe
 its prefill there, and a long conversation most of each decode step. MKL's `vmsExp`, already
 in the process under MLX's BLAS (model/blas.py), does the same at about 2.4G elements/s on
 two threads. So when a call's score matrix is large enough to pay for leaving MLX's graph
-(`PREFILL_QUERIES`, `MIN_ROW_SCORES`), attention runs here: scores by MLX (MKL's sgemm), the mask, the row maxima
+(`PREFILL_QUERIES`, `MIN_DECODE_KEYS`, `MIN_ROW_SCORES`), attention runs here: scores by MLX (MKL's sgemm), the mask, the row maxima
 and sums in NumPy and the exponentials in MKL, in place on the scores' own buffer, then the
 weighted values by MLX again. Smaller calls, attention sinks and non-float32 inputs keep
 MLX's own kernel. The result equals MLX's to float32 rounding (tests/model/test_cpu_attention.py).
@@ -29,13 +29,16 @@ from . import blas
 log = logging.getLogger(__name__)
 
 # When a call leaves MLX: a prompt's chunk of PREFILL_QUERIES queries or more always; fewer
-# queries (a decode step, or the few of a speculative verifying pass) when each query row
-# has MIN_ROW_SCORES scores (batch x heads x keys) or more. Below that, leaving MLX's graph
-# (one synchronisation per layer) costs more than MLX's exp: SmolLM2 decoding one sequence
-# crosses over between 1,000 and 2,350 keys (9 heads; bench/cpu_kernels.py). The rule never
-# looks at how many queries a decode-sized call has, so a speculative verifying pass runs the
-# same kernels as the plain step it stands for.
+# queries (a decode step, or the few of a speculative verifying pass) when each sequence
+# has MIN_DECODE_KEYS keys or more and each query row MIN_ROW_SCORES scores (batch x heads
+# x keys) or more. Below that, leaving MLX's graph (one synchronisation per layer) costs more
+# than MLX's exp: SmolLM2 decoding one sequence crosses over between 1,000 and 2,350 keys (9
+# heads; bench/cpu_kernels.py), and a batch of short sequences loses however many scores it
+# has (8 rows at 300 keys: 11% slower a step, 32 at 250: 18%; 8 at 1,200 keys: 11% faster;
+# docs/benchmarks.md). The rule never looks at how many queries a decode-sized call has, so
+# a speculative verifying pass runs the same kernels as the plain step it stands for.
 PREFILL_QUERIES = 64
+MIN_DECODE_KEYS = 1024
 MIN_ROW_SCORES = 1 << 14
 # Score elements computed at once: longer prompts run in blocks of queries (64 MiB of float32).
 MAX_BLOCK_SCORES = 1 << 24
@@ -116,7 +119,8 @@ def attention(queries: Any, keys: Any, values: Any, *, scale: float, mask: Any =
     batch, heads, length, _ = queries.shape
     kv_heads, span = keys.shape[1], keys.shape[2]
     if (sinks is not None
-            or (length < PREFILL_QUERIES and batch * heads * span < MIN_ROW_SCORES)
+            or (length < PREFILL_QUERIES
+                and (span < MIN_DECODE_KEYS or batch * heads * span < MIN_ROW_SCORES))
             or queries.dtype != mx.float32 or keys.dtype != mx.float32
             or (isinstance(mask, str) and mask != "causal")):
         return _original(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
