@@ -31,7 +31,7 @@ each peer (medians). Every ratio comes from one invocation on one machine.
 `--from-log LOG` prints the table of the runs an invocation's progress log (its stderr)
 recorded, for one stopped before its last run; the in-process figures are measured anew.
 
-    .venv/bin/python bench/peers.py                       # the full bench (about an hour)
+    .venv/bin/python bench/peers.py                       # the full bench (1-2 hours)
     .venv/bin/python bench/peers.py --runs 1 --workloads decode,ttft --servers triode,llama
 """
 
