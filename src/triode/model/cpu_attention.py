@@ -5,8 +5,8 @@ attention's softmax is `exp` over every query-key pair: a 2,350-token prompt spe
 its prefill there, and a long conversation most of each decode step. MKL's `vmsExp`, already
 in the process under MLX's BLAS (model/blas.py), does the same at about 2.4G elements/s on
 two threads. So when a call's score matrix is large enough to pay for leaving MLX's graph
-(`PREFILL_QUERIES`, `MIN_DECODE_KEYS`, `MIN_ROW_SCORES`), attention runs here: scores by MLX (MKL's sgemm), the mask, the row maxima
-and sums in NumPy and the exponentials in MKL, in place on the scores' own buffer, then the
+(`PREFILL_QUERIES`, `MIN_DECODE_KEYS`, `MIN_ROW_SCORES`), attention runs here: scores by
+MLX (MKL's sgemm), the mask, the row maxima and sums in NumPy and the exponentials in MKL, in place on the scores' own buffer, then the
 weighted values by MLX again. Smaller calls, attention sinks and non-float32 inputs keep
 MLX's own kernel. The result equals MLX's to float32 rounding (tests/model/test_cpu_attention.py).
 
@@ -76,8 +76,8 @@ def install() -> bool:
     fast: Any = mx.fast
     _original = fast.scaled_dot_product_attention
     fast.scaled_dot_product_attention = attention
-    log.info("attention: softmax in MKL's vector math for prompts and for decode rows of %d "
-             "scores or more", MIN_ROW_SCORES)
+    log.info("attention: softmax in MKL's vector math for prompts and for decode calls of "
+             "%d keys and %d scores a row or more", MIN_DECODE_KEYS, MIN_ROW_SCORES)
     return True
 
 
