@@ -47,9 +47,10 @@ from .model.disk_cache import check_directory
 from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
+from .service.stores import Stores
 from .service.turns import Turns
 from .settings import BUNDLED_MODEL, Settings
-from .tenants import DEFAULT_SCOPE, Tenant, Tenants, single
+from .tenants import Tenants, single
 
 log = logging.getLogger("triode")
 
@@ -63,29 +64,18 @@ class Handles:
     """What the HTTP layer is given: the turn service, the conversation service, the actors'
     handles (for monitoring) and a few fixed facts."""
 
-    turns: Turns
+    turns: Turns                   # the turn service (every tenant's; calls name a Caller)
+    conversations: Conversations   # the conversation service (likewise)
     model: ModelHandle
     registry: RegistryHandle
-    responses: ResponseStoreHandle
-    conversations: ConversationStoreHandle
-    echo: ReasoningEchoHandle
+    stores: Stores                 # the store actors' handles, every tenant's
     model_names: tuple[str, ...]
     blas: str
-    conversations_api: Conversations
     tenants: Tenants = attrs.Factory(lambda: Tenants(single(None)))
     limits: TenantLimitsHandle | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
     monitor: MonitorHandle | None = None   # the live page's history of generation's figures
     board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
-
-    def for_tenant(self, tenant: Tenant) -> Handles:
-        """What one tenant's requests see: the turn and conversation services scoped to it
-        (`Turns.for_tenant`); the actors' own handles (for monitoring) stay whole."""
-        if tenant.scope == DEFAULT_SCOPE:
-            return self
-        return attrs.evolve(self, turns=self.turns.for_tenant(tenant),
-                            conversations_api=Conversations(
-                                attrs.evolve(self.conversations, scope=tenant.scope)))
 
 
 def model_path(settings: Settings) -> str:
@@ -343,8 +333,9 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
     if shared is not None:
         board = await nursery.start(JobBoard(shared, registry).run)
     limits: TenantLimitsHandle = await nursery.start(TenantLimits(limits_backend(backend)).run)
-    turns = Turns(model=model, registry=registry, responses=responses, limits=limits,
-                  conversations=conversations, echo=echo, model_names=names,
+    stores = Stores(responses, conversations, echo)
+    turns = Turns(model=model, registry=registry, stores=stores, limits=limits,
+                  model_names=names,
                   hosted_tools=settings.hosted_tools,
                   background_off=background_off(settings), board=board,
                   prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None,
@@ -354,7 +345,7 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
     monitor: MonitorHandle = await nursery.start(Monitor(model).run)
     task_status.started(Handles(
-        turns=turns, model=model, registry=registry, responses=responses,
-        conversations=conversations, echo=echo, model_names=names, blas=blas,
-        conversations_api=Conversations(conversations), tenants=tenants, limits=limits,
+        turns=turns, conversations=Conversations(conversations), model=model,
+        registry=registry, stores=stores, model_names=names, blas=blas, tenants=tenants,
+        limits=limits,
         monitor=monitor, board=board))

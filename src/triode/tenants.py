@@ -64,10 +64,6 @@ class Limits:
     concurrent_requests: int | None = None
     output_tokens_per_minute: int | None = None
 
-    @property
-    def any(self) -> bool:
-        return any(v is not None for v in attrs.astuple(self))
-
 
 @attrs.frozen
 class Tenant:
@@ -85,6 +81,35 @@ class Tenant:
 
 
 DEFAULT_TENANT = Tenant(DEFAULT_SCOPE)
+
+
+@attrs.frozen
+class Caller:
+    """Who one call is for: the tenant the request's key named, handed down every call that
+    reads or makes a tenant's things (the turn and conversation services take it first).
+    The HTTP layer makes one per request from the table in force, so a reloaded file's
+    limits apply to the next request; below it nothing guesses a caller."""
+
+    tenant: Tenant = DEFAULT_TENANT
+
+    @property
+    def scope(self) -> str:
+        return self.tenant.scope
+
+    @property
+    def limits(self) -> Limits:
+        return self.tenant.limits
+
+    def key(self, name: str) -> str:
+        """The stored name of this caller's `name` (`scoped`)."""
+        return scoped(self.scope, name)
+
+    def owns(self, key: str) -> bool:
+        """Whether the stored (registry, job board) name `key` is this caller's."""
+        return belongs_to(key, self.scope)
+
+
+DEFAULT_CALLER = Caller()
 
 
 def digest(key: str) -> bytes:

@@ -14,6 +14,7 @@ from triode.errors import InvalidRequest
 from triode.http import websocket as ws_module
 from triode.http.websocket import Socket
 from triode.service.keeping import LocalResponses
+from triode.tenants import DEFAULT_CALLER
 
 
 class FakeWebSocket:
@@ -67,7 +68,7 @@ class FakeTurns:
     def __init__(self) -> None:
         self.local: LocalResponses | None = None
 
-    async def create(self, req: Any, local: LocalResponses) -> FakeStarted:
+    async def create(self, caller: Any, req: Any, local: LocalResponses) -> FakeStarted:
         self.local = local
         if req.previous_response_id is not None \
                 and local.history(req.previous_response_id) is None:
@@ -75,7 +76,7 @@ class FakeTurns:
                                  code="previous_response_not_found")
         return FakeStarted(FakeHandle(f"resp_{req.input}", req.input))
 
-    async def abandon(self, handle: FakeHandle) -> None:
+    async def abandon(self, caller: Any, handle: FakeHandle) -> None:
         return None
 
 
@@ -95,7 +96,7 @@ async def test_a_continuation_that_ends_failed_evicts_what_it_continued(fake_soc
     before its terminal frame is sent: continuing that id again is not found."""
     turns = FakeTurns()
     async with trio.open_nursery() as nursery:
-        socket = Socket(turns, nursery)  # type: ignore[arg-type]
+        socket = Socket(turns, nursery, DEFAULT_CALLER)  # type: ignore[arg-type]
         nursery.start_soon(socket.serve)
         socket._local.remember("resp_first", [])
         socket._local.remember("resp_other", [])

@@ -25,8 +25,12 @@ from triode.model.request import GenerationRequest, Rendered
 from triode.responses.convert import structure
 from triode.responses.wire import CreateResponse
 from triode.service.jobs import Jobs
+from triode.service.keeping import ResponseKeeper
+from triode.service.media import Media
 from triode.service.prepare import Preparer
+from triode.service.stores import Stores
 from triode.service.turns import Turns
+from triode.tenants import DEFAULT_CALLER as CALLER
 
 MODEL = "fake"
 
@@ -132,12 +136,19 @@ class Service:
     conversations: ConversationStoreHandle
     echo: ReasoningEchoHandle
 
+    @property
+    def stores(self) -> Stores:
+        return Stores(self.responses, self.conversations, self.echo)
+
     def preparer(self) -> Preparer:
         """A Preparer over the same actors as `turns`."""
-        return Preparer(model=self.model, responses=self.responses,
-                        conversations=self.conversations, echo=self.echo,
+        return Preparer(model=self.model, stores=self.stores,
                         jobs=Jobs(registry=self.registry, responses=self.responses),
-                        model_names=(MODEL,))
+                        model_names=(MODEL,), media=Media(vision=self.model.info.vision))
+
+    def keeper(self) -> ResponseKeeper:
+        """The default tenant's keeper over the same actors as `turns`."""
+        return ResponseKeeper(self.stores)
 
 
 async def start_service(nursery: trio.Nursery, *, model: FakeModel | None = None,
@@ -153,8 +164,9 @@ async def start_service(nursery: trio.Nursery, *, model: FakeModel | None = None
     conversations = await nursery.start(ConversationStore(
         max_entries=100, max_bytes=10_000_000, ttl_secs=ttl_secs, backend=backend).run)
     echo = await nursery.start(ReasoningEchoStore(max_bytes=1_000_000, backend=backend).run)
-    turns = Turns(model=model, registry=registry, responses=responses,
-                  conversations=conversations, echo=echo, model_names=(MODEL,), board=board)
+    turns = Turns(model=model, registry=registry,
+                  stores=Stores(responses, conversations, echo), model_names=(MODEL,),
+                  board=board)
     return Service(turns, model, registry, responses, conversations, echo)
 
 

@@ -20,7 +20,7 @@ from triode.responses.builder import ResponseBuilder
 from triode.service.jobs import ORPHANED, RESTARTED
 
 from ..conftest import REDIS_URL
-from .conftest import FakeModel, request, start_service, statuses, until
+from .conftest import CALLER, FakeModel, request, start_service, statuses, until
 
 
 async def held_job(nursery, **fields):
@@ -28,7 +28,7 @@ async def held_job(nursery, **fields):
     model = FakeModel(reply="one two three")
     model.hold = trio.Event()
     service = await start_service(nursery, model=model)
-    started = await service.turns.create(request(background=True, **fields))
+    started = await service.turns.create(CALLER, request(background=True, **fields))
     await until(lambda: started.handle.status == "in_progress")
     return service, started.handle
 
@@ -38,7 +38,7 @@ async def test_previous_response_id_naming_a_running_job_is_refused(nursery, clo
     while its stored record still says queued)."""
     service, job = await held_job(nursery)
     with pytest.raises(InvalidRequest) as refused:
-        await service.turns.create(request(previous_response_id=job.response_id))
+        await service.turns.create(CALLER, request(previous_response_id=job.response_id))
     assert refused.value.message == (
         f"previous response '{job.response_id}' has not finished (status: in_progress)")
     assert refused.value.param == "previous_response_id"
@@ -49,20 +49,20 @@ async def test_deleting_a_running_background_job_is_refused(nursery, clock):
     stored."""
     service, job = await held_job(nursery)
     with pytest.raises(InvalidRequest) as refused:
-        await service.turns.delete(job.response_id)
+        await service.turns.delete(CALLER, job.response_id)
     assert refused.value.status == 400
     assert refused.value.message.endswith("(status: in_progress); cancel it before deleting it")
-    assert (await service.turns.stored(job.response_id))["response"]["status"] == "queued"
+    assert (await service.turns.stored(CALLER, job.response_id))["response"]["status"] == "queued"
 
 
 async def test_cancel_answers_with_the_stored_cancelled_job(nursery, clock):
     """Cancelling a background job returns exactly what a poll then reads: the stored,
     cancelled object."""
     service, job = await held_job(nursery)
-    answer = plain(await service.turns.cancel(job.response_id))
+    answer = plain(await service.turns.cancel(CALLER, job.response_id))
     assert answer["status"] == "cancelled"
-    assert answer == (await service.turns.stored(job.response_id))["response"]
-    assert await service.turns.live(job.response_id) is None
+    assert answer == (await service.turns.stored(CALLER, job.response_id))["response"]
+    assert await service.turns.live(CALLER, job.response_id) is None
 
 
 async def test_cancel_of_an_unstored_response_answers_with_its_final_object(nursery, clock):
@@ -71,15 +71,15 @@ async def test_cancel_of_an_unstored_response_answers_with_its_final_object(nurs
     model = FakeModel(reply="one two three")
     model.hold = trio.Event()
     service = await start_service(nursery, model=model)
-    started = await service.turns.create(request(store=False))
+    started = await service.turns.create(CALLER, request(store=False))
     await until(lambda: started.handle.status == "in_progress")
     response_id = started.handle.response_id
-    assert await service.turns.live(response_id) is None   # nothing to poll meanwhile
-    answer = plain(await service.turns.cancel(response_id))
+    assert await service.turns.live(CALLER, response_id) is None   # nothing to poll meanwhile
+    answer = plain(await service.turns.cancel(CALLER, response_id))
     assert answer["id"] == response_id
     assert answer["status"] == "cancelled" and answer["store"] is False
     with pytest.raises(NotFound):
-        await service.turns.stored(response_id)
+        await service.turns.stored(CALLER, response_id)
 
 
 @pytest.fixture(params=["redis", "sqlite"])
@@ -106,7 +106,7 @@ async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board
         board = await board_nursery.start(JobBoard(shared_board, registry,
                                                    lease_secs=0.2).run)
         service = await start_service(nursery, board=board)
-        plan, _ = await service.turns.prepare(request(background=True))
+        plan, _ = await service.preparer().prepare(CALLER, request(background=True))
         builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
         builder.created()
         builder.in_progress()
@@ -120,11 +120,11 @@ async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board
             while (await service.responses.get("resp_orphan"))["response"]["status"] \
                     != "failed" or len(await board.events("resp_orphan")) < 3:
                 await trio.sleep(0.05)
-        record = await service.turns.stored("resp_orphan")
+        record = await service.turns.stored(CALLER, "resp_orphan")
         assert record["response"]["output"] == []
         assert record["response"]["error"] == {"code": "server_error",
                                                "message": ORPHANED}
-        stored_events = await service.turns.stored_events("resp_orphan", -1)
+        stored_events = await service.turns.stored_events(CALLER, "resp_orphan", -1)
         assert statuses(stored_events) == ["response.created", "response.in_progress",
                                            "response.failed"]
         assert stored_events[-1]["sequence_number"] == 2
@@ -147,7 +147,7 @@ async def test_jobs_a_restart_interrupted_are_failed_before_reap_starts(nursery,
         registry = await board_nursery.start(Registry().run)
         board = await board_nursery.start(JobBoard(shared_board, registry).run)
         service = await start_service(nursery, board=board)
-        plan, _ = await service.turns.prepare(request(background=True))
+        plan, _ = await service.preparer().prepare(CALLER, request(background=True))
         builder = ResponseBuilder("resp_cut", plan.echo, background=True)
         builder.created()
         await service.responses.put("resp_cut", history.record(builder.obj, []), pinned=True)
@@ -155,7 +155,7 @@ async def test_jobs_a_restart_interrupted_are_failed_before_reap_starts(nursery,
                                       process_token(dead.pid), 60.0)   # its lease runs on
         await board.claim("resp_cut", owner="old-process")
         await board_nursery.start(service.turns.reap)
-        record = await service.turns.stored("resp_cut")
+        record = await service.turns.stored(CALLER, "resp_cut")
         assert record["response"]["status"] == "failed"
         assert record["response"]["error"] == {"code": "server_error", "message": RESTARTED}
         board_nursery.cancel_scope.cancel()

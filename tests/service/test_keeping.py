@@ -17,12 +17,12 @@ from triode.responses.objects import usage
 from triode.responses.lifecycle import Status
 from triode.service.keeping import KEEP_RETRY_INTERVAL, KEEP_RETRY_SECS
 
-from .conftest import FakeModel, FlakyBackend, request, start_service, statuses
+from .conftest import CALLER, FakeModel, FlakyBackend, request, start_service, statuses
 
 
 async def finished_turn(service):
     """A prepared `store: true` turn and its completed object and events, not kept yet."""
-    plan, _ = await service.turns.prepare(request(input="remember me"))
+    plan, _ = await service.preparer().prepare(CALLER, request(input="remember me"))
     builder = ResponseBuilder("resp_kept", plan.echo)
     builder.created()
     builder.in_progress()
@@ -41,7 +41,7 @@ async def test_keep_retries_until_the_store_comes_back(nursery, clock, caplog):
     kept = trio.Event()
 
     async def keep():
-        await service.turns.keep(plan, obj, events)
+        await service.keeper().keep(plan, obj, events)
         kept.set()
 
     nursery.start_soon(keep)
@@ -50,7 +50,7 @@ async def test_keep_retries_until_the_store_comes_back(nursery, clock, caplog):
     backend.down = False
     await kept.wait()
     assert trio.current_time() - began == pytest.approx(3 * KEEP_RETRY_INTERVAL)
-    assert (await service.turns.stored("resp_kept"))["response"] == plain(obj)
+    assert (await service.turns.stored(CALLER, "resp_kept"))["response"] == plain(obj)
     retries = [r for r in caplog.records if "store unavailable, retrying" in r.getMessage()]
     assert len(retries) == 3
 
@@ -64,7 +64,7 @@ async def test_keep_gives_up_after_its_retry_window_and_logs_the_loss(nursery, c
     backend.down = True
     began = trio.current_time()
     with caplog.at_level(logging.WARNING):
-        await service.turns.keep(plan, obj, events)
+        await service.keeper().keep(plan, obj, events)
     waited = trio.current_time() - began
     assert KEEP_RETRY_SECS <= waited < KEEP_RETRY_SECS + KEEP_RETRY_INTERVAL
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -72,7 +72,7 @@ async def test_keep_gives_up_after_its_retry_window_and_logs_the_loss(nursery, c
         "response resp_kept was not stored: the store (Redis) is unreachable: test"]
     backend.down = False
     with pytest.raises(NotFound):
-        await service.turns.stored("resp_kept")
+        await service.turns.stored(CALLER, "resp_kept")
 
 
 async def test_a_job_too_large_for_the_budget_is_stored_failed_without_output(nursery, clock):
@@ -80,15 +80,15 @@ async def test_a_job_too_large_for_the_budget_is_stored_failed_without_output(nu
     empty output and the too-large error, so a poll still finds an answer."""
     model = FakeModel(reply="word " * 3000)
     service = await start_service(nursery, model=model, max_bytes=40_000)
-    started = await service.turns.create(request(background=True))
+    started = await service.turns.create(CALLER, request(background=True))
     final = plain(await started.handle.wait())
     assert final["status"] == "completed"   # what the supervisor ended with
-    record = await service.turns.stored(final["id"])
+    record = await service.turns.stored(CALLER, final["id"])
     kept = record["response"]
     assert kept["status"] == "failed"
     assert kept["output"] == []
     assert kept["error"] == {"code": "server_error", "message": history.TOO_LARGE}
-    events = await service.turns.stored_events(final["id"], -1)
+    events = await service.turns.stored_events(CALLER, final["id"], -1)
     assert statuses(events) == ["response.created", "response.failed"]
 
 
@@ -96,12 +96,12 @@ async def test_a_store_false_job_is_readable_for_the_ephemeral_ttl_only(nursery,
     """A `store: false` background job's result can be polled for the ephemeral TTL (not the
     store's TTL), then it is gone."""
     service = await start_service(nursery, ttl_secs=3600, ephemeral_ttl_secs=10)
-    started = await service.turns.create(request(background=True, store=False))
+    started = await service.turns.create(CALLER, request(background=True, store=False))
     final = plain(await started.handle.wait())
     ended = trio.current_time()
     await trio.sleep_until(ended + 9)
-    kept = (await service.turns.stored(final["id"]))["response"]
+    kept = (await service.turns.stored(CALLER, final["id"]))["response"]
     assert kept["status"] == "completed" and kept["output"] == final["output"]
     await trio.sleep_until(ended + 10)
     with pytest.raises(NotFound):
-        await service.turns.stored(final["id"])
+        await service.turns.stored(CALLER, final["id"])

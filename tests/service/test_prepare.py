@@ -16,7 +16,7 @@ from triode.responses.items import chat_messages, turn_keys
 from triode.responses.wire import CompactRequest
 from triode.service.compactor import Transcript
 
-from .conftest import MODEL, FakeModel, conversation, request, start_service, tokens_of
+from .conftest import CALLER, MODEL, FakeModel, conversation, request, start_service, tokens_of
 
 
 def without_ids(items):
@@ -35,10 +35,12 @@ async def test_truncation_auto_drops_the_fewest_oldest_turns_that_make_room(nurs
     context, room = 200, 50
     service = await start_service(nursery, model=FakeModel(context_length=context))
     items = conversation(turns=10)
-    full, full_rendered = await service.turns.prepare(
+    full, full_rendered = await service.preparer().prepare(
+        CALLER,
         request(input=items, max_output_tokens=room))
     assert len(full_rendered.tokens) >= context    # truncation disabled: nothing dropped
-    plan, rendered = await service.turns.prepare(
+    plan, rendered = await service.preparer().prepare(
+        CALLER,
         request(input=items, max_output_tokens=room, truncation="auto"))
     limit = context - room
     assert len(rendered.tokens) <= limit
@@ -58,10 +60,10 @@ async def test_the_echo_restores_reasoning_without_changing_what_it_was_given(nu
     service = await start_service(nursery)
     items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
              {"role": "user", "content": "again"}]
-    bare, _ = await service.turns.prepare(request(input=items))
+    bare, _ = await service.preparer().prepare(CALLER, request(input=items))
     key = turn_keys(bare.messages)[1]
     await service.echo.remember([(key, "they greeted me")])
-    plan, rendered = await service.turns.prepare(request(input=items))
+    plan, rendered = await service.preparer().prepare(CALLER, request(input=items))
     assert plan.messages[1] == {"role": "assistant", "content": "hello",
                                 "reasoning_content": "they greeted me"}
     assert "they greeted me" in rendered.text
@@ -80,8 +82,8 @@ async def test_the_compaction_transcript_is_the_one_a_create_plans(nursery):
                   tool_choice={"type": "allowed_tools", "mode": "auto",
                                "tools": [{"type": "function", "name": "a"}]},
                   chat_template_kwargs={"enable_thinking": False})
-    plan, rendered = await preparer.prepare(req, submits=False)
-    transcript, counted = await preparer.transcript(req)
+    plan, rendered = await preparer.prepare(CALLER, req, submits=False)
+    transcript, counted = await preparer.transcript(CALLER, req)
     planned = Transcript.of(plan)
     assert without_ids(transcript.history) == without_ids(planned.history)
     assert attrs.evolve(transcript, history=[]) == attrs.evolve(planned, history=[])
@@ -95,9 +97,9 @@ async def test_compact_refuses_a_tool_choice_as_a_create_does(nursery):
     body = {"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "a"}],
             "tool_choice": {"type": "function", "name": "missing"}}
     with pytest.raises(InvalidRequest) as as_create:
-        await service.turns.prepare(request(**body))
+        await service.preparer().prepare(CALLER, request(**body))
     with pytest.raises(InvalidRequest) as as_compact:
-        await service.turns.compact(structure(body, CompactRequest))
+        await service.turns.compact(CALLER, structure(body, CompactRequest))
     assert (as_compact.value.message, as_compact.value.param) == \
         (as_create.value.message, as_create.value.param)
 
@@ -106,9 +108,9 @@ async def test_compact_summarizes_the_chain_before_its_input(nursery):
     """/compact with previous_response_id compacts the stored chain, then the input: the
     oldest turns become one compaction item after the kept ones."""
     service = await start_service(nursery, model=FakeModel(reply="a short summary"))
-    first = await service.turns.create(request(input=conversation(turns=4)))
+    first = await service.turns.create(CALLER, request(input=conversation(turns=4)))
     await first.handle.wait()
-    compacted = plain(await service.turns.compact(structure(
+    compacted = plain(await service.turns.compact(CALLER, structure(
         {"model": MODEL, "input": "and now?", "keep_tokens": 8,
          "previous_response_id": first.handle.response_id}, CompactRequest)))
     output = compacted["output"]

@@ -28,7 +28,6 @@ import attrs
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
-from ..tenants import Tenant
 from ..responses.objects import (AnyEvent, CompactedHistory, ResponseEvent, ResponseObject,
                                 Usage as ResponseUsage, event_type)
 
@@ -72,7 +71,12 @@ class AccessRecord:
     errors: int = 0               # a stream's error events (a WebSocket's line shows them)
     accepted_drafts: int | None = None   # a generated response's accepted draft tokens
     disconnected: bool = False
-    tenant: Tenant | None = None  # whose key authenticated it (the app's auth tells it)
+    tenant: str | None = None     # the named tenant whose key authenticated it
+
+    def record_tenant(self, name: str) -> None:
+        """The named tenant (of --api-keys-file) whose key the request carried: its line
+        says so and /metrics counts it."""
+        self.tenant = name
 
     def record_response(self, response_id: str) -> None:
         """The response the request answered about: created, read, streamed, cancelled."""
@@ -229,8 +233,8 @@ class AccessLog:
             if histogram is None:
                 histogram = self._durations[key[:2]] = Histogram(DURATION_BUCKETS)
             histogram.observe(seconds)
-        if record.tenant is not None and record.tenant.name:
-            self._count_tenant(record.tenant.name, record)
+        if record.tenant is not None:
+            self._count_tenant(record.tenant, record)
         if self.enabled:
             log.info("%s", access_line(scope, record, seconds))
 
@@ -281,8 +285,8 @@ def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
              path, str(record.status), f"{seconds:.3f}s"]
     if websocket:
         parts += ["websocket", f"responses={record.responses}", f"errors={record.errors}"]
-    if record.tenant is not None and record.tenant.name:
-        parts.append(f"tenant={record.tenant.name}")
+    if record.tenant is not None:
+        parts.append(f"tenant={record.tenant}")
     if record.response_id is not None:
         parts.append(f"response={record.response_id}")
     if record.usage is not None:

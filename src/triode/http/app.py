@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from ..errors import APIError, InvalidRequest, ServerError, SettingsError, Unauthorized
 from ..settings import resolve
 from ..system import Handles, start_actors, startup_error
+from ..tenants import Caller
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import openapi  # noqa: F401  (mounts /openapi.json on the blueprint)
@@ -30,6 +31,7 @@ from . import ui  # (mounts the live page, /ui, on the blueprint)
 from . import websocket  # noqa: F401  (mounts the Responses WebSocket on the blueprint)
 from .access import AccessLog, access_record, record_route
 from .body import MAX_BODY_BYTES, json_response
+from .caller import tell as tell_caller
 from .guard import ConnectionGuard
 from .routes import api
 from .transport import install as install_write_timeout
@@ -81,13 +83,16 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
 
     async def authenticate_as(scope: Mapping[str, Any], authorization: str) -> None:
         """The tenant whose key the request carries (tenants.TenantTable.find: constant
-        time, the key never logged), told to the access record, where `routes.handles`
-        finds it; a request over the tenant's requests per minute is a 429."""
+        time, the key never logged) becomes the request's `Caller` (caller.py), and the
+        access log is told its name; a request over the tenant's requests per minute is a
+        429."""
         handles: Handles = app.config["TRIODE_HANDLES"]
         tenant = handles.tenants.table.find(authorization)
         if tenant is None:
             raise Unauthorized("Incorrect API key provided.")
-        access_record(scope).tenant = tenant
+        tell_caller(Caller(tenant))
+        if tenant.name:
+            access_record(scope).record_tenant(tenant.name)
         if handles.limits is not None and tenant.limits.requests_per_minute is not None:
             g.ratelimit_headers = await handles.limits.request(tenant)
 

@@ -13,6 +13,7 @@ from ..responses.translate import INCLUDES
 from ..service.conversations import Conversations
 from .body import json_body, json_response
 from .contract import Operation, Param, documented
+from .caller import caller
 from .routes import PAGING, STORE_ERRORS, handles, route
 
 INCLUDE_VALUES = {"items": {"type": "string", "enum": list(INCLUDES)}}
@@ -23,7 +24,7 @@ INCLUDE = (Param("include", list[str], "accepted (items are returned whole); an 
 
 
 def service() -> Conversations:
-    return handles().conversations_api
+    return handles().conversations
 
 
 def include() -> list[str]:
@@ -36,14 +37,14 @@ def include() -> list[str]:
                       errors=STORE_ERRORS))
 async def create_conversation() -> Response:
     body = await json_body()
-    return json_response(await service().create(structure(body, NewConversation)))
+    return json_response(await service().create(caller(), structure(body, NewConversation)))
 
 
 @route("/conversations/<conversation_id>", methods=["GET"])
 @documented(Operation("Retrieve a conversation", ConversationObject,
                       errors=(*STORE_ERRORS, 404)))
 async def retrieve_conversation(conversation_id: str) -> Response:
-    return json_response(await service().retrieve(conversation_id))
+    return json_response(await service().retrieve(caller(), conversation_id))
 
 
 @route("/conversations/<conversation_id>", methods=["POST"])
@@ -51,14 +52,14 @@ async def retrieve_conversation(conversation_id: str) -> Response:
                       body=ConversationUpdate, errors=(*STORE_ERRORS, 404)))
 async def update_conversation(conversation_id: str) -> Response:
     req = structure(await json_body(), ConversationUpdate)
-    return json_response(await service().update(conversation_id, req))
+    return json_response(await service().update(caller(), conversation_id, req))
 
 
 @route("/conversations/<conversation_id>", methods=["DELETE"])
 @documented(Operation("Delete a conversation", ConversationDeleted,
                       errors=(*STORE_ERRORS, 404)))
 async def delete_conversation(conversation_id: str) -> Response:
-    return json_response(await service().delete(conversation_id))
+    return json_response(await service().delete(caller(), conversation_id))
 
 
 @route("/conversations/<conversation_id>/items", methods=["GET"])
@@ -67,7 +68,7 @@ async def delete_conversation(conversation_id: str) -> Response:
 async def list_conversation_items(conversation_id: str) -> Response:
     args = request.args
     return json_response(await service().list_items(
-        conversation_id, after=args.get("after"), limit=args.get("limit"),
+        caller(), conversation_id, after=args.get("after"), limit=args.get("limit"),
         order=args.get("order"), include=include()))
 
 
@@ -76,18 +77,18 @@ async def list_conversation_items(conversation_id: str) -> Response:
                       query=INCLUDE, errors=(*STORE_ERRORS, 404)))
 async def create_conversation_items(conversation_id: str) -> Response:
     req = structure(await json_body(), NewItems)
-    return json_response(await service().add_items(conversation_id, req, include()))
+    return json_response(await service().add_items(caller(), conversation_id, req, include()))
 
 
 @route("/conversations/<conversation_id>/items/<item_id>", methods=["GET"])
 @documented(Operation("Retrieve a conversation item", Item, query=INCLUDE,
                       errors=(*STORE_ERRORS, 404)))
 async def retrieve_conversation_item(conversation_id: str, item_id: str) -> Response:
-    return json_response(await service().item(conversation_id, item_id, include()))
+    return json_response(await service().item(caller(), conversation_id, item_id, include()))
 
 
 @route("/conversations/<conversation_id>/items/<item_id>", methods=["DELETE"])
 @documented(Operation("Delete a conversation item (answers with the conversation)",
                       ConversationObject, errors=(*STORE_ERRORS, 404)))
 async def delete_conversation_item(conversation_id: str, item_id: str) -> Response:
-    return json_response(await service().delete_item(conversation_id, item_id))
+    return json_response(await service().delete_item(caller(), conversation_id, item_id))

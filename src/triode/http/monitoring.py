@@ -129,7 +129,7 @@ async def health() -> Response:
     # readiness probe fails; the body still reports everything else.
     body: Health = {
         "status": "ok" if ready else "degraded",
-        "store": {"kind": h.responses.kind, "reachable": store_up},
+        "store": {"kind": h.stores.responses.kind, "reachable": store_up},
         "model": h.model_names[0],
         "context_window": h.model.info.context_length,
         "weights": h.model.info.weights,
@@ -172,8 +172,9 @@ async def reachable_store_statistics(h: Handles) -> dict[str, BudgetStatistics |
     """Each store's statistics, None for a store that cannot be reached (Redis down): a
     scrape still reports everything else, and `triode_store_up` says which one is down."""
     stats: dict[str, BudgetStatistics | None] = {}
-    for name, store in (("responses", h.responses), ("conversations", h.conversations),
-                        ("reasoning_echo", h.echo)):
+    for name, store in (("responses", h.stores.responses),
+                        ("conversations", h.stores.conversations),
+                        ("reasoning_echo", h.stores.echo)):
         try:
             stats[name] = await store.statistics()
         except StoreUnavailable:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypedDict, TypeVar
 
 import trio
-from quart import (Blueprint, Response, current_app, has_request_context, make_response,
-                   request, websocket)
+from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
 from ..service.jobs import LiveResponse
@@ -21,6 +20,7 @@ from ..system import Handles
 from . import sse
 from .access import access_record
 from .body import json_body, json_response, query_int
+from .caller import caller
 from .contract import Operation, Param, View, documented
 
 api = Blueprint("api", __name__)
@@ -29,12 +29,9 @@ REPLAY_EVENTS_PER_WRITE = 64
 
 
 def handles() -> Handles:
-    """The handles of the request's tenant (the one its key named: `Handles.for_tenant`);
-    before authentication, or on the open routes, the whole server's."""
+    """The server's handles: its services take the request's `caller()` on every call."""
     handles: Handles = current_app.config["TRIODE_HANDLES"]
-    scope = request.scope if has_request_context() else websocket.scope
-    tenant = access_record(scope).tenant
-    return handles if tenant is None else handles.for_tenant(tenant)
+    return handles
 
 
 Told = TypeVar("Told", ResponseObject, CompactedHistory, dict[str, Any])
@@ -133,7 +130,8 @@ class CodexCatalog(TypedDict):
     # is full, the server is shutting down, or a shared store cannot be reached.
     errors=(429, 503)))
 async def create_response() -> Response:
-    started = await handles().turns.create(structure(await json_body(), CreateResponse))
+    started = await handles().turns.create(caller(),
+                                           structure(await json_body(), CreateResponse))
     response = await answer_for(started)
     if started.dropped_tools:
         response.headers[DROPPED_TOOLS_HEADER] = ",".join(started.dropped_tools)
@@ -151,7 +149,7 @@ async def answer_for(started: Started) -> Response:
     try:
         obj = await started.handle.wait()
     finally:
-        await handles().turns.abandon(started.handle)
+        await handles().turns.abandon(caller(), started.handle)
     access_record(request.scope).record_drafts(started.handle.accepted_drafts)
     return json_response(told(obj))
 
@@ -165,7 +163,7 @@ async def count_input_tokens() -> Response:
     body = await json_body()
     if isinstance(body, dict) and "model" not in body:
         body = {**body, "model": h.model_names[0]}
-    count = await h.turns.count_input_tokens(structure(body, InputTokensRequest))
+    count = await h.turns.count_input_tokens(caller(), structure(body, InputTokensRequest))
     tokens: InputTokens = {"object": "response.input_tokens", "input_tokens": count}
     return json_response(tokens)
 
@@ -176,7 +174,7 @@ async def count_input_tokens() -> Response:
 async def compact_history() -> Response:
     """Summarizes a full history into kept items plus one compaction item; stores nothing."""
     req = structure(await json_body(), CompactRequest)
-    return json_response(told(await handles().turns.compact(req)))
+    return json_response(told(await handles().turns.compact(caller(), req)))
 
 
 @route("/responses/<response_id>", methods=["GET"])
@@ -188,26 +186,26 @@ async def compact_history() -> Response:
                  {"minimum": -1, "default": -1})),
     errors=(*STORE_ERRORS, 404)))
 async def get_response(response_id: str) -> Response:
-    turns = handles().turns
+    turns, who = handles().turns, caller()
     stream = request.args.get("stream", "false").lower() == "true"
     starting_after = query_int("starting_after", -1, lo=-1)
-    live = await turns.live(response_id)
+    live = await turns.live(who, response_id)
     if live is not None:
         if stream:
             return await stream_response(live, starting_after, cancel_on_disconnect=False)
         return json_response(told(live.polled()))
     if stream:
-        events = await turns.stored_events(response_id, starting_after)
+        events = await turns.stored_events(who, response_id, starting_after)
         access_record(request.scope).record_response(response_id)
         return await replay_response(events)
-    return json_response(told((await turns.stored(response_id))["response"]))
+    return json_response(told((await turns.stored(who, response_id))["response"]))
 
 
 @route("/responses/<response_id>", methods=["DELETE"])
 @documented(Operation("Delete a stored response", ResponseDeleted,
                       errors=(*STORE_ERRORS, 404)))
 async def delete_response(response_id: str) -> Response:
-    await handles().turns.delete(response_id)
+    await handles().turns.delete(caller(), response_id)
     access_record(request.scope).record_response(response_id)
     deleted: ResponseDeleted = {"id": response_id, "object": "response.deleted",
                                 "deleted": True}
@@ -217,7 +215,7 @@ async def delete_response(response_id: str) -> Response:
 @route("/responses/<response_id>/cancel", methods=["POST"])
 @documented(Operation("Cancel a response", ResponseObject, errors=(*STORE_ERRORS, 404)))
 async def cancel_response(response_id: str) -> Response:
-    return json_response(told(await handles().turns.cancel(response_id)))
+    return json_response(told(await handles().turns.cancel(caller(), response_id)))
 
 
 @route("/responses/<response_id>/input_items", methods=["GET"])
@@ -227,7 +225,7 @@ async def list_input_items(response_id: str) -> Response:
     args = request.args
     paging = Paging.parse(after=args.get("after"), limit=args.get("limit"),
                           order=args.get("order"))
-    items = await handles().turns.input_items(response_id)
+    items = await handles().turns.input_items(caller(), response_id)
     return json_response(page(items, paging, owner="response"))
 
 
@@ -293,7 +291,7 @@ def model_object() -> ModelObject:
 async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
                           cancel_on_disconnect: bool = True) -> Response:
     """Streams a live response's events; the creating stream's disconnect cancels it."""
-    turns = handles().turns
+    turns, who = handles().turns, caller()
     record = access_record(request.scope)
     record.record_response(handle.response_id)
 
@@ -313,7 +311,7 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
                 record.record_drafts(handle.accepted_drafts)   # the stream that made it
         finally:
             if cancel_on_disconnect:
-                await turns.abandon(handle)
+                await turns.abandon(who, handle)
 
     return await sse_response(frames())
 

@@ -29,8 +29,9 @@ from ..actors.supervisor import ResponseSummary
 from ..errors import StoreUnavailable
 from ..responses.lifecycle import TERMINAL_STATUSES
 from ..system import Handles
-from ..tenants import DEFAULT_SCOPE, belongs_to, unscoped
-from .access import AccessLog, Connection, access_record
+from ..tenants import Caller, unscoped
+from .access import AccessLog, Connection
+from .caller import caller
 from .body import json_response
 from .contract import Operation, documented
 from .monitoring import count_tasks, reachable_store_statistics
@@ -55,26 +56,13 @@ PAGE_HEADERS = {
 
 # ---- who asks, and what they may see ------------------------------------------------------
 
-@attrs.frozen
-class Caller:
-    """Who reads the stream: the scope of the tenant its key named (tenants.py; "" for the
-    default tenant of `--api-key` or of no key)."""
-
-    scope: str
-
-
-def caller() -> Caller:
-    tenant = access_record(request.scope).tenant
-    return Caller(DEFAULT_SCOPE if tenant is None else tenant.scope)
-
-
 def visible_to(who: Caller, key: str) -> bool:
     """THE TENANT FILTER, the one place the page decides what a caller sees: whether the
     response the registry or the job board names `key` (tenants.scoped) is the caller's
     tenant's. Another tenant's responses do not exist for it, here as on the API. The
     server-wide figures (slots, queue, stores' totals, counts) are shown to every caller,
     as /health shows them."""
-    return belongs_to(key, who.scope)
+    return who.owns(key)
 
 
 # ---- the page ------------------------------------------------------------------------------
@@ -190,7 +178,7 @@ class RemoteJobs:
         self._jobs = {rid: entry for rid, entry in self._jobs.items() if rid in found}
         for rid, owner in found.items():
             if rid not in self._jobs:
-                record = await self._h.responses.get(rid)
+                record = await self._h.stores.responses.get(rid)
                 if record is None:
                     continue
                 obj = record["response"]
@@ -238,7 +226,7 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
     prompt_tokens = model.generation.prompt_tokens
     return {
         "model": h.model_names[0], "worker": here, "started_at": h.started_at,
-        "store": h.responses.kind, "shared": h.board is not None,
+        "store": h.stores.responses.kind, "shared": h.board is not None,
         # The cancel path answers 400 while the response store is off (entries 0).
         "cancellable": responses is not None and responses.max_entries > 0,
         "engine": {"alive": model.engine_alive, "restarts": model.engine_restarts,

@@ -38,7 +38,9 @@ from ..responses.lifecycle import TERMINAL_EVENTS
 from ..responses.objects import AnyEvent, dumps, event_type, plain
 from ..responses.wire import CreateResponse
 from ..service.turns import LocalResponses, Turns
+from ..tenants import Caller
 from .access import access_record
+from .caller import caller
 from .body import MAX_BODY_BYTES, MAX_JSON_DEPTH, check_body
 from .routes import STREAM_COALESCE_SECS, api, handles
 
@@ -66,7 +68,7 @@ async def responses_socket() -> None:
     await websocket.accept()
     h = handles()
     async with trio.open_nursery() as nursery:
-        await Socket(h.turns, nursery, h.limits).serve()
+        await Socket(h.turns, nursery, caller(), h.limits).serve()
 
 
 for _path in ("/v1/responses", "/responses"):
@@ -79,11 +81,13 @@ class Socket:
     lane that runs them in order, and one lock so frames leave whole and in order (with
     permessage-deflate, the compressor's order is the wire's order)."""
 
-    def __init__(self, turns: Turns, nursery: trio.Nursery,
+    def __init__(self, turns: Turns, nursery: trio.Nursery, caller: Caller,
                  limits: TenantLimitsHandle | None = None):
-        """`limits`: each `response.create` counts as a request of the socket's tenant
-        (its requests_per_minute; the upgrade counted one already)."""
+        """`caller`: whose socket it is (its key's tenant). `limits`: each
+        `response.create` counts as a request of that tenant (its requests_per_minute; the
+        upgrade counted one already)."""
         self._turns = turns
+        self._caller = caller
         self._limits = limits
         self._nursery = nursery
         self._lanes: dict[str | None, trio.MemorySendChannel[dict[str, Any]]] = {}
@@ -176,12 +180,12 @@ class Socket:
             generate = False   # the SDK: `prewarm: true` "overrides the `generate` field"
         req = structure({**body, "stream": True}, CreateResponse)
         if self._limits is not None:
-            await self._limits.request(self._turns.tenant)
+            await self._limits.request(self._caller.tenant)
         if not generate:
-            _, events = await self._turns.warm(req, self._local)
+            _, events = await self._turns.warm(self._caller, req, self._local)
             await self._send_events(events, stream_id)
             return
-        started = await self._turns.create(req, self._local)
+        started = await self._turns.create(self._caller, req, self._local)
         response_id = started.handle.response_id
         if stream_id is not None:
             self._streaming[response_id] = stream_id
@@ -189,7 +193,7 @@ class Socket:
             await self._follow(started.handle, stream_id, frame)
         finally:
             self._streaming.pop(response_id, None)
-            await self._turns.abandon(started.handle)   # the socket went away: cancel
+            await self._turns.abandon(self._caller, started.handle)   # gone: cancel
 
     def _evict(self, frame: dict[str, Any]) -> None:
         """A continuation failed: the response it continued leaves the socket's local

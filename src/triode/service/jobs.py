@@ -29,7 +29,7 @@ from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
 from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
                                 plain, response_of, usage)
 from ..responses.translate import Plan
-from ..tenants import DEFAULT_SCOPE, scoped, unscoped
+from ..tenants import Caller, unscoped
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +63,22 @@ class LiveResponse(Protocol):
 
 class Jobs:
     def __init__(self, *, registry: RegistryHandle, responses: ResponseStoreHandle,
-                 board: JobBoardHandle | None = None, background_off: str | None = None,
-                 scope: str = DEFAULT_SCOPE):
-        """`board`: the job board of a shared store (background jobs across processes).
-        `background_off`: why background mode is off (one of its budgets is 0), if so.
-        `scope`: the tenant whose responses these are (`responses` is its handle); the
-        registry and the board know them by `key` (tenants.scoped)."""
+                 board: JobBoardHandle | None = None, background_off: str | None = None):
+        """`responses`: the response store's handle, every tenant's (a call's `caller`
+        picks its own). `board`: the job board of a shared store (background jobs across
+        processes). `background_off`: why background mode is off (one of its budgets is 0),
+        if so. The registry and the board know a response by its caller's key
+        (`Caller.key`)."""
         self._registry = registry
         self._responses = responses
         self._board = board
         self.background_off = background_off
-        self.scope = scope
 
-    def key(self, response_id: str) -> str:
-        """The name the registry and the job board know this tenant's response by."""
-        return scoped(self.scope, response_id)
+    def _responses_of(self, caller: Caller) -> ResponseStoreHandle:
+        return attrs.evolve(self._responses, scope=caller.scope)
 
-    async def start(self, response_id: str, plan: Plan, make: Callable[[], Supervisor]
-                    ) -> SupervisorHandle:
+    async def start(self, caller: Caller, response_id: str, plan: Plan,
+                    make: Callable[[], Supervisor]) -> SupervisorHandle:
         """Accepts a background job: its approximate bytes are pinned in the response store
         (429 when the active jobs would pass the byte budget), the registry counts it (429 at
         max-jobs) and the model actor queues it (503 when full)."""
@@ -94,11 +92,13 @@ class Jobs:
                                                         ephemeral=not plan.store))
         # Claimed before it is stored: a stored unfinished job always has an owner on the
         # board, so a restart (or another process, once the lease runs out) can fail it.
+        key = caller.key(response_id)
+        responses = self._responses_of(caller)
         if self._board is not None:
-            await self._board.claim(self.key(response_id))
+            await self._board.claim(key)
         stored = False
         try:
-            if not await self._responses.put(response_id, history.record(queued, plan.items),
+            if not await responses.put(response_id, history.record(queued, plan.items),
                                              pinned=True, reserve=fallback.size):
                 raise RateLimited("the active background responses would exceed "
                                   "--responses-store-max-bytes; retry after one finishes")
@@ -108,79 +108,81 @@ class Jobs:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
                 with contextlib.suppress(StoreUnavailable):
                     if stored:
-                        await self._responses.delete(response_id)
+                        await responses.delete(response_id)
                     if self._board is not None:
-                        await self._board.release(self.key(response_id))
+                        await self._board.release(key)
             raise
         if self._board is not None:   # other processes on the store can follow and cancel it
             await self._board.mirror(handle)
         return handle
 
-    async def find_live(self, response_id: str) -> LiveResponse | None:
+    async def find_live(self, caller: Caller, response_id: str) -> LiveResponse | None:
         """The response, if it has not finished: running here, or a background job another
         process on the shared store runs."""
-        here = await self._registry.lookup(self.key(response_id))
+        here = await self._registry.lookup(caller.key(response_id))
         if here is not None and not here.done:
             return here
-        return await self._remote(response_id)
+        return await self._remote(caller, response_id)
 
-    async def live(self, response_id: str) -> LiveResponse | None:
+    async def live(self, caller: Caller, response_id: str) -> LiveResponse | None:
         """A response still running whose state is readable while it runs (a background
         job, or a stored one; with a shared store also a job another process runs), else
         None."""
-        found = await self.find_live(response_id)
+        found = await self.find_live(caller, response_id)
         if isinstance(found, SupervisorHandle) and \
                 not (found.background or found.snapshot.store):
             return None   # a `store: false` response answers only its own request
         return found
 
-    async def check_deletable(self, response_id: str) -> None:
+    async def check_deletable(self, caller: Caller, response_id: str) -> None:
         """An unfinished background job must be cancelled before it is deleted (400)."""
-        live = await self.find_live(response_id)
+        live = await self.find_live(caller, response_id)
         if live is not None and live.background:
             raise InvalidRequest(f"background response '{response_id}' has not finished "
                                  f"(status: {live.polled().status.value}); cancel it "
                                  "before "
                                  "deleting it", param="response_id")
 
-    async def cancel(self, response_id: str) -> ResponseObject | None:
+    async def cancel(self, caller: Caller, response_id: str) -> ResponseObject | None:
         """Cancels a live response and waits for its end. Returns its final object when
         nothing is stored to answer with instead (neither `store` nor background), else
         None. A job another process runs is cancelled by its owner (asked through the job
         board); this waits up to CANCEL_TIMEOUT for it to end there."""
-        here = await self._registry.cancel(self.key(response_id))
+        key = caller.key(response_id)
+        here = await self._registry.cancel(key)
         if here is not None:
             obj = await here.wait()
             return None if obj.store or here.background else obj
-        remote = await self._remote(response_id)
+        remote = await self._remote(caller, response_id)
         if remote is not None:
             assert self._board is not None
-            await self._board.request_cancel(self.key(response_id))
+            await self._board.request_cancel(key)
             with trio.move_on_after(CANCEL_TIMEOUT):
                 await remote.wait()
         return None
 
-    async def abandon(self, handle: LiveResponse) -> None:
+    async def abandon(self, caller: Caller, handle: LiveResponse) -> None:
         """A client that went away (disconnect, cancelled request) cancels its live
         response."""
         if not handle.done:
             with trio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                await self._registry.cancel(self.key(handle.response_id))
+                await self._registry.cancel(caller.key(handle.response_id))
 
-    async def _remote(self, response_id: str) -> RemoteJob | None:
+    async def _remote(self, caller: Caller, response_id: str) -> RemoteJob | None:
         """A background job another process on the shared store is running, if it is one."""
         if self._board is None:
             return None
-        record = await self._responses.get(response_id)
+        responses = self._responses_of(caller)
+        record = await responses.get(response_id)
         if record is None or record["response"].get("status") in TERMINAL_STATUSES \
                 or not record["response"].get("background"):
             return None
-        key = self.key(response_id)
+        key = caller.key(response_id)
         owner = await self._board.owner(key)
         if owner is None or owner == self._board.worker_id:
             return None
         return RemoteJob(self._board, record, await self._board.events(key),
-                         functools.partial(self._responses.get, response_id), key)
+                         functools.partial(responses.get, response_id), key)
 
     # ---- orphans -----------------------------------------------------------------------
 

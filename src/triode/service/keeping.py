@@ -16,13 +16,13 @@ from typing import Any
 import attrs
 import trio
 
-from ..actors.store import ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle
 from ..errors import NotFound, StoreDisabled, StoreUnavailable
 from ..responses import history
 from ..responses.items import chat_messages, turn_keys
 from ..responses.lifecycle import FINISHED_STATUSES
 from ..responses.objects import Item, ResponseObject, StreamEvent, response_of
 from ..responses.translate import Plan
+from .stores import Stores
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,13 @@ LOCAL_RESPONSES = 64   # responses one connection remembers (LRU) for previous_r
 
 
 class ResponseKeeper:
-    def __init__(self, *, responses: ResponseStoreHandle,
-                 conversations: ConversationStoreHandle, echo: ReasoningEchoHandle):
-        self._responses = responses
-        self._conversations = conversations
-        self._echo = echo
+    """What one caller's responses leave behind: made per call over the caller's view of
+    the stores (`Stores.of`), so it writes and reads that tenant's names only."""
+
+    def __init__(self, stores: Stores):
+        self._responses = stores.responses
+        self._conversations = stores.conversations
+        self._echo = stores.echo
 
     async def check_reachable(self, plan: Plan, *, background: bool) -> None:
         """A shared store that a turn's end writes to and that is down now: 503 before any

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 import attrs
 
 from ..actors.model import ModelHandle
-from ..actors.store import ConversationStoreHandle, ReasoningEchoHandle, ResponseStoreHandle
 from ..actors.supervisor import PrepareLater
 from ..errors import ContextLengthExceeded, InvalidRequest, StoreDisabled
 from ..model.constraints import tool_call_grammar
@@ -31,14 +30,15 @@ from ..responses.lifecycle import Status
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
-from ..tenants import scoped
+from ..tenants import Caller
 from ..responses.wire import (CompactionTrigger, CompactRequest, CreateResponse, InputItem,
                               ItemReference, Message)
 from . import compactor
 from .compactor import Transcript
 from .jobs import Jobs
 from .keeping import LocalResponses
-from .media import Media, MediaLimits
+from .media import Media
+from .stores import Stores
 
 
 class TurnInput(Protocol):
@@ -66,27 +66,22 @@ class TurnInput(Protocol):
 
 
 class Preparer:
-    def __init__(self, *, model: ModelHandle, responses: ResponseStoreHandle,
-                 conversations: ConversationStoreHandle, echo: ReasoningEchoHandle,
-                 jobs: Jobs, model_names: tuple[str, ...], hosted_tools: str = "ignore",
-                 media: MediaLimits = MediaLimits()):
-        """`jobs`: where a response that has not finished yet is found. `media`: the limits
-        on a request's images and files (and the hosts they may be fetched from)."""
+    def __init__(self, *, model: ModelHandle, stores: Stores, jobs: Jobs,
+                 model_names: tuple[str, ...], media: Media, hosted_tools: str = "ignore"):
+        """`stores`: every tenant's (each call's `caller` picks its own, `Stores.of`).
+        `jobs`: where a response that has not finished yet is found. `media`: the
+        process's one reader of a request's images and files."""
         self._model = model
-        self._responses = responses
-        self._conversations = conversations
-        self._echo = echo
+        self._stores = stores
         self._jobs = jobs
         self._model_names = model_names
         self._hosted_tools = hosted_tools
-        self._media = Media(media, vision=model.info.vision)
-        # The tenant's own prompt-cache namespace, for the summaries compaction generates.
-        self._cache_key = scoped(jobs.scope, "")
+        self._media = media
 
     def check_model(self, name: str) -> None:
         translate.check_model(name, self._model_names)
 
-    async def prepare(self, req: CreateResponse, *, submits: bool = True,
+    async def prepare(self, caller: Caller, req: CreateResponse, *, submits: bool = True,
                       local: LocalResponses | None = None) -> tuple[Plan, Rendered]:
         """Validates a create (or input_tokens) request and renders its input as generation
         would see it: history (chain or conversation, compaction items replayed),
@@ -98,40 +93,41 @@ class Preparer:
         past: list[Item] = []
         conversation = None
         if req.previous_response_id is not None:
-            past = await self._earlier(req.previous_response_id, local)
+            past = await self._earlier(caller, req.previous_response_id, local)
         elif req.conversation is not None:
             conversation = history.conversation_id(req.conversation)
-            past = items_of(await self._conversations.get(conversation) or [])
+            past = items_of(await self._stores.of(caller).conversations.get(conversation)
+                            or [])
         given = req.input
         trigger = not isinstance(given, str) and bool(given) \
             and isinstance(given[-1], CompactionTrigger)
         if trigger:   # compact what comes before it; the trigger itself is never kept
             given = given[:-1]
-        items = await self._canonical_input(given, past)
+        items = await self._canonical_input(caller, given, past)
         info = self._model.info
         plan = translate.plan(req, info.sampling_defaults, past, conversation,
                               hosted_tools=self._hosted_tools, items=items,
                               tool_format=info.tool_format, think_close=info.think[1])
         if trigger:
             plan = attrs.evolve(plan, compact_now=True)
-        plan = attrs.evolve(plan, messages=await self._with_reasoning(plan.messages))
+        plan = attrs.evolve(plan, messages=await self._with_reasoning(caller, plan.messages))
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
         if plan.echo.truncation == "auto" and \
                 len(rendered.tokens) >= self._model.info.context_length:
-            plan, rendered = await self._truncated(plan, submits=submits)
+            plan, rendered = await self._truncated(caller, plan, submits=submits)
         return plan, rendered
 
-    async def count_input_tokens(self, req: CreateResponse) -> int:
+    async def count_input_tokens(self, caller: Caller, req: CreateResponse) -> int:
         """The input's tokens exactly as `create` would render them."""
-        _, rendered = await self.prepare(req, submits=False)
+        _, rendered = await self.prepare(caller, req, submits=False)
         return len(rendered.tokens)
 
-    async def warm(self, req: CreateResponse, local: LocalResponses
+    async def warm(self, caller: Caller, req: CreateResponse, local: LocalResponses
                    ) -> tuple[str, list[StreamEvent]]:
         """A warm-up: prepared as a create, answered with a completed response without
         output (usage counts its input) that `local` remembers. Returns (id, events)."""
-        plan, rendered = await self.prepare(req, submits=False, local=local)
+        plan, rendered = await self.prepare(caller, req, submits=False, local=local)
         builder = ResponseBuilder(new_id("resp"), plan.echo)
         builder.created()
         builder.in_progress()
@@ -139,22 +135,21 @@ class Preparer:
         local.remember(builder.obj.id, [*plan.past, *plan.items])
         return builder.obj.id, builder.events
 
-    async def ready(self, req: CreateResponse, plan: Plan, rendered: Rendered, *,
-                    background: bool) -> Prepared | PrepareLater:
+    async def ready(self, caller: Caller, req: CreateResponse, plan: Plan,
+                    rendered: Rendered, *, background: bool) -> Prepared | PrepareLater:
         """The turn as its supervisor takes it. With `context_management` past its
         threshold it is compacted first: now (a refusal is the create's 400), or, for a
         background job, by the job while it is queued (a refusal fails the job)."""
         if plan.compact_now:
-            compact = functools.partial(self._compacted_only, plan, rendered)
+            compact = functools.partial(self._compacted_only, caller, plan, rendered)
             return compact if background else await compact()
         if not self._needs_compaction(plan, rendered):
-            return finalize(req, plan, rendered, self._model.info,
-                            cache_scope=self._jobs.scope)
+            return finalize(req, plan, rendered, self._model.info, cache_scope=caller.scope)
         if background:
-            return functools.partial(self._compacted, req, plan, rendered)
-        return await self._compacted(req, plan, rendered)
+            return functools.partial(self._compacted, caller, req, plan, rendered)
+        return await self._compacted(caller, req, plan, rendered)
 
-    async def compact(self, req: CompactRequest) -> CompactedHistory:
+    async def compact(self, caller: Caller, req: CompactRequest) -> CompactedHistory:
         """Summarizes a history into kept items plus one compaction item (a
         `CompactedHistory`); stores nothing.
         The history is `input`, after the `previous_response_id` chain if one is named (as
@@ -175,7 +170,7 @@ class Preparer:
             raise InvalidRequest("max_output_tokens must be from 1 to "
                                  f"{compaction.SUMMARY_MAX_TOKENS_LIMIT}",
                                  param="max_output_tokens")
-        transcript, rendered = await self.transcript(req)
+        transcript, rendered = await self.transcript(caller, req)
         if len(rendered.tokens) > context:
             raise ContextLengthExceeded(
                 f"the history is {len(rendered.tokens)} tokens, longer than one context "
@@ -183,12 +178,13 @@ class Preparer:
         result = await compactor.compact(self._model, transcript, before=len(rendered.tokens),
                                          keep_tokens=keep_tokens, max_output_tokens=max_tokens,
                                          submits=False, short_ok=True,
-                                         cache_key=self._cache_key)
+                                         cache_key=caller.key(""))
         return CompactedHistory(id=new_id("resp"), created_at=int(time.time()),
                                 model=req.model, usage=result.usage,
                                 output=[*result.system, *result.kept, result.item])
 
-    async def transcript(self, turn: TurnInput) -> tuple[Transcript, Rendered]:
+    async def transcript(self, caller: Caller, turn: TurnInput
+                         ) -> tuple[Transcript, Rendered]:
         """The history a compaction works on, rendered for counting: the
         `previous_response_id` chain, then the input, with the instructions and tools
         (validated as a create validates them). The same as `prepare`'s for a create that
@@ -197,12 +193,13 @@ class Preparer:
         translate.check_metadata(turn.metadata)
         past: list[Item] = []
         if turn.previous_response_id is not None:
-            past = await self._earlier(turn.previous_response_id, None)
-        items = await self._canonical_input(turn.input, past)
+            past = await self._earlier(caller, turn.previous_response_id, None)
+        items = await self._canonical_input(caller, turn.input, past)
         replayed = compaction.replay([*past, *items])
         template_tools = self._template_tools(turn, replayed)
         template_kwargs = turn.chat_template_kwargs or {}
-        messages = await self._with_reasoning(chat_messages(turn.instructions, replayed))
+        messages = await self._with_reasoning(caller,
+                                              chat_messages(turn.instructions, replayed))
         rendered = await self._model.render(messages, template_tools, template_kwargs,
                                             submits=False)
         return Transcript(turn.instructions, replayed, template_tools, template_kwargs), \
@@ -225,22 +222,22 @@ class Preparer:
                               parallel=turn.parallel_tool_calls is not False)
         return [t.for_template() for t in visible]
 
-    async def _earlier(self, previous_response_id: str, local: LocalResponses | None
-                       ) -> list[Item]:
+    async def _earlier(self, caller: Caller, previous_response_id: str,
+                       local: LocalResponses | None) -> list[Item]:
         """The items a `previous_response_id` continues: the connection's own response's,
         else the stored chain's (a response still running cannot be continued yet)."""
         if local is not None and (remembered := local.history(previous_response_id)) \
                 is not None:
             return remembered
-        live = await self._jobs.find_live(previous_response_id)
+        live = await self._jobs.find_live(caller, previous_response_id)
         if live is not None:
             raise InvalidRequest(f"previous response '{previous_response_id}' has not "
                                  f"finished (status: {live.polled().status.value})",
                                  param="previous_response_id")
-        return await history.chain(self._responses, previous_response_id)
+        return await history.chain(self._stores.of(caller).responses, previous_response_id)
 
-    async def _canonical_input(self, given: str | list[InputItem], past: list[Item]
-                               ) -> list[Item]:
+    async def _canonical_input(self, caller: Caller, given: str | list[InputItem],
+                               past: list[Item]) -> list[Item]:
         """The input as canonical items, every `item_reference` replaced by the item it
         names: one of the history's (the chain or conversation), else any stored
         response's input or output item (not a `store: false` one's). An unknown id is a
@@ -257,7 +254,7 @@ class Preparer:
             found = known.get(item.id)
             if found is None:
                 with contextlib.suppress(StoreDisabled):
-                    stored = await self._responses.find_item(item.id)
+                    stored = await self._stores.of(caller).responses.find_item(item.id)
                     found = None if stored is None else item_of(stored)
             if found is None:
                 raise InvalidRequest(f"Item with id '{item.id}' not found.",
@@ -265,19 +262,22 @@ class Preparer:
             items.append(found)
         return items
 
-    async def _with_reasoning(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _with_reasoning(self, caller: Caller, messages: list[dict[str, Any]]
+                              ) -> list[dict[str, Any]]:
         """The messages with the reasoning triode generated for each assistant turn sent
         back without it (the reasoning echo), so the prompt renders as it was generated.
         A new list; the messages given are not changed."""
         bare = [(i, key) for i, key in enumerate(turn_keys(messages))
                 if key is not None and "reasoning_content" not in messages[i]]
         restored = list(messages)
-        for (i, _), text in zip(bare, await self._echo.recall(key for _, key in bare)):
+        echo = self._stores.of(caller).echo
+        for (i, _), text in zip(bare, await echo.recall(key for _, key in bare)):
             if text is not None:
                 restored[i] = {**messages[i], "reasoning_content": text}
         return restored
 
-    async def _truncated(self, plan: Plan, *, submits: bool) -> tuple[Plan, Rendered]:
+    async def _truncated(self, caller: Caller, plan: Plan, *, submits: bool
+                         ) -> tuple[Plan, Rendered]:
         """`truncation: auto`, as OpenAI defines it: the input is over the context window,
         so its oldest turns are dropped (at split points: a tool call never loses its
         output; system/developer messages and the last user message stay), as few as leave
@@ -290,7 +290,7 @@ class Preparer:
 
         async def attempt(items: list[Item]) -> tuple[Plan, Rendered]:
             messages = await self._with_reasoning(
-                chat_messages(plan.echo.instructions, items))
+                caller, chat_messages(plan.echo.instructions, items))
             rendered = await self._model.render(messages, plan.template_tools,
                                                 plan.template_kwargs, submits=False)
             return attrs.evolve(plan, messages=messages, history=items), rendered
@@ -320,24 +320,25 @@ class Preparer:
         return plan.compact_threshold is not None and (
             n >= plan.compact_threshold or n >= self._model.info.context_length)
 
-    async def _compacted(self, req: CreateResponse, plan: Plan, rendered: Rendered
-                         ) -> Prepared:
+    async def _compacted(self, caller: Caller, req: CreateResponse, plan: Plan,
+                         rendered: Rendered) -> Prepared:
         """Compacts the plan's history before generation; the output will open with the
         compaction item, and the kept turn is the compacted one."""
         result = await compactor.compact(self._model, Transcript.of(plan),
                                          before=len(rendered.tokens),
-                                         cache_key=self._cache_key)
+                                         cache_key=caller.key(""))
         compacted = attrs.evolve(plan, messages=result.messages)
         done = Compacted(result.item, result.before, result.after, result.usage)
         return finalize(req, compacted, result.rendered, self._model.info, done,
-                        cache_scope=self._jobs.scope)
+                        cache_scope=caller.scope)
 
-    async def _compacted_only(self, plan: Plan, rendered: Rendered) -> Prepared:
+    async def _compacted_only(self, caller: Caller, plan: Plan, rendered: Rendered
+                              ) -> Prepared:
         """A trailing `compaction_trigger`: the history before it becomes one compaction
         item, the response's whole output; nothing is generated after it. A history too
         short to shrink is kept whole in the item, as /compact does."""
         result = await compactor.compact(self._model, Transcript.of(plan),
                                          before=len(rendered.tokens), submits=False,
-                                         short_ok=True, cache_key=self._cache_key)
+                                         short_ok=True, cache_key=caller.key(""))
         done = Compacted(result.item, result.before, result.after, result.usage)
         return Prepared(plan, None, None, done)
