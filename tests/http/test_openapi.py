@@ -27,7 +27,7 @@ from triode.responses.conversations import (ConversationUpdate, NewConversation,
                                             Paging, conversation_object, deleted_object,
                                             item_list, page)
 from triode.responses.convert import structure
-from triode.responses.objects import plain, usage
+from triode.responses.objects import ResponseError, plain, usage
 from triode.responses.items import canonical
 from triode.responses.lifecycle import Status
 
@@ -275,14 +275,14 @@ def response_events() -> tuple[dict, list[dict]]:
     plan = translate.plan(req, Sampling(), conversation="conv_1")
     builder = ResponseBuilder("resp_1", plan.echo)
     builder.created()
-    builder.in_progress()
+    builder.enter(Status.IN_PROGRESS)
     builder.reasoning("thinking")
     builder.reasoning_done("thinking")
     builder.text("Hello", [{"token": "Hello", "logprob": -0.1}])
     builder.call_start(0, kind="function", name="f", namespace="ns")
     builder.call_delta(0, "{}")
     builder.call_done(0, "{}")
-    builder.finish(Status.COMPLETED, usage(3, 4))
+    builder.enter(Status.COMPLETED, usage(3, 4))
     return plain(builder.obj), [plain(e) for e in builder.events]
 
 
@@ -303,9 +303,9 @@ def test_failed_cancelled_and_queued_responses_meet_the_schema(end):
     builder.created()
     builder.text("partial")
     if end == "fail":
-        builder.fail("server_error", "boom")
+        builder.enter(Status.FAILED, None, ResponseError("server_error", "boom"))
     elif end == "cancel":
-        builder.cancel()
+        builder.enter(Status.CANCELLED)
     validator("ResponseObject").validate(plain(builder.obj))
 
 

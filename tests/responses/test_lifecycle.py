@@ -2,8 +2,9 @@
 
 import pytest
 
-from triode.responses.lifecycle import (TERMINAL, TRANSITIONS, Event, Status, TransitionError,
-                                     is_terminal, next_status)
+from triode.responses.lifecycle import (TERMINAL, TRANSITIONS, Event, Lifecycle, Status,
+                                       TransitionError, is_terminal, item_status,
+                                       next_status)
 
 
 def test_happy_paths():
@@ -66,3 +67,23 @@ def reachable(start: Status) -> set[Status]:
                 seen.add(target)
                 frontier.append(target)
     return seen
+
+
+def test_a_lifecycle_moves_by_the_table_and_remembers_when():
+    life = Lifecycle()
+    assert life.status is Status.QUEUED and not life.terminal
+    assert life.move(Event.START) is Status.IN_PROGRESS
+    assert life.move(Event.TRUNCATE) is Status.INCOMPLETE and life.terminal
+    assert [status for status, _ in life.timeline] == \
+        [Status.QUEUED, Status.IN_PROGRESS, Status.INCOMPLETE]
+    times = [at for _, at in life.timeline]
+    assert times == sorted(times)
+    with pytest.raises(TransitionError):   # a terminal status takes no event
+        life.move(Event.CANCEL)
+    assert life.status is Status.INCOMPLETE and len(life.timeline) == 3
+
+
+def test_an_open_item_completes_only_with_a_completed_response():
+    assert item_status(Status.COMPLETED) == "completed"
+    for status in TERMINAL - {Status.COMPLETED}:
+        assert item_status(status) == "incomplete"

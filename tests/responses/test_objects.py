@@ -11,7 +11,8 @@ from triode.responses import translate, wire
 from triode.responses.builder import ResponseBuilder
 from triode.responses.convert import structure
 from triode.responses.lifecycle import Status
-from triode.responses.objects import ResponseObject, item_of, plain, response_of, usage
+from triode.responses.objects import (ResponseError, ResponseObject, item_of, plain,
+                                     response_of, usage)
 
 OPEN_RESPONSES_REQUIRED = (
     "id object created_at completed_at status incomplete_details model previous_response_id "
@@ -29,7 +30,7 @@ def built(end: str, background: bool = False) -> ResponseBuilder:
     builder = ResponseBuilder("resp_1", translate.plan(req, Sampling()).echo,
                               background=background)
     builder.created()
-    builder.in_progress()
+    builder.enter(Status.IN_PROGRESS)
     builder.reasoning("thinking")
     builder.reasoning_done("thinking")
     builder.text("Hello", [{"token": "Hello", "logprob": -0.1, "bytes": [72],
@@ -38,13 +39,13 @@ def built(end: str, background: bool = False) -> ResponseBuilder:
     builder.call_delta(0, "{}")
     builder.call_done(0, "{}")
     if end == "completed":
-        builder.finish(Status.COMPLETED, usage(3, 4, cached_tokens=1, reasoning_tokens=1))
+        builder.enter(Status.COMPLETED, usage(3, 4, cached_tokens=1, reasoning_tokens=1))
     elif end == "incomplete":
-        builder.finish(Status.INCOMPLETE, usage(3, 4))
+        builder.enter(Status.INCOMPLETE, usage(3, 4))
     elif end == "failed":
-        builder.fail("server_error", "boom", usage(3, 4))
+        builder.enter(Status.FAILED, usage(3, 4), ResponseError("server_error", "boom"))
     else:
-        builder.cancel(usage(3, 4))
+        builder.enter(Status.CANCELLED, usage(3, 4))
     return builder
 
 

@@ -17,6 +17,7 @@ from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
 from triode.responses import history
 from triode.responses.builder import ResponseBuilder
+from triode.responses.lifecycle import Status
 from triode.service.jobs import ORPHANED, RESTARTED
 
 from ..conftest import REDIS_URL
@@ -109,7 +110,7 @@ async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board
         plan, _ = await service.preparer().prepare(CALLER, request(background=True))
         builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
         builder.created()
-        builder.in_progress()
+        builder.enter(Status.IN_PROGRESS)
         await service.responses.put("resp_orphan", history.record(builder.obj, []),
                                     pinned=True)
         for event in builder.events:

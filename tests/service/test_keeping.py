@@ -25,8 +25,8 @@ async def finished_turn(service):
     plan, _ = await service.preparer().prepare(CALLER, request(input="remember me"))
     builder = ResponseBuilder("resp_kept", plan.echo)
     builder.created()
-    builder.in_progress()
-    builder.finish(Status.COMPLETED, usage(3, 1))
+    builder.enter(Status.IN_PROGRESS)
+    builder.enter(Status.COMPLETED, usage(3, 1))
     return plan, builder.obj, builder.events
 
 

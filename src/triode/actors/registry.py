@@ -192,7 +192,7 @@ class Registry:
         with trio.move_on_after(timeout):
             await self._all_ended()
         cut = [rid for rid, handle in self._live.items()
-               if not is_terminal(Status(handle.status))]
+               if not is_terminal(handle.status)]
         if cut:
             jobs = sum(rid in self._jobs for rid in cut)
             log.warning("shutdown timeout (%g s) reached: ending %d unfinished response%s as "

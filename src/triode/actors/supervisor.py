@@ -8,7 +8,6 @@ append-only, so a late reader replays what exists and then follows live.
 from __future__ import annotations
 
 import logging
-import time
 from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import attrs
@@ -17,8 +16,9 @@ import trio
 
 from ..errors import APIError, InvalidRequest
 from ..responses.builder import ResponseBuilder
-from ..responses.objects import ResponseEvent, ResponseObject, StreamEvent, Usage, usage
-from ..responses.lifecycle import Event, Status, is_terminal, next_status
+from ..responses.objects import (ResponseError, ResponseEvent, ResponseObject, StreamEvent,
+                                 Usage, usage)
+from ..responses.lifecycle import Event, Lifecycle, Status
 from ..responses.output import OutputAssembler, StopMatcher
 from ..responses.prepared import Prepared
 from ..responses.translate import Plan
@@ -63,9 +63,9 @@ class Supervisor:
         self._stops = StopMatcher([])
         if self._ready is not None:
             self._take(self._ready)
-        self.status = Status.QUEUED
-        # (status, wall-clock time it was entered), for the live page: time in each state.
-        self.timeline: list[tuple[Status, float]] = [(Status.QUEUED, time.time())]
+        # The one owner of its status (and of when each was entered, for the live page);
+        # the builder renders each status it enters (`_move`).
+        self.lifecycle = Lifecycle()
         self._changed = trio.Event()
         self._done = trio.Event()
         self._scope = trio.CancelScope()
@@ -98,9 +98,15 @@ class Supervisor:
         """Returns at the next event appended (or at the end)."""
         await self._changed.wait()
 
-    def _move(self, event: Event) -> None:
-        self.status = next_status(self.status, event)
-        self.timeline.append((self.status, time.time()))
+    @property
+    def status(self) -> Status:
+        return self.lifecycle.status
+
+    def _move(self, event: Event, usage_: Usage | None = None,
+              error: ResponseError | None = None) -> None:
+        """The response's one way to a new status: the lifecycle moves, the builder renders
+        it (the object and its event)."""
+        self.builder.enter(self.lifecycle.move(event), usage_, error)
 
     @property
     def output_tokens(self) -> int:
@@ -138,9 +144,8 @@ class Supervisor:
 
     async def _end(self) -> None:
         try:
-            if not is_terminal(self.status):  # the actor tree stopped under it (not drained)
-                self._move(Event.CANCEL)
-                self.builder.cancel(self._usage())
+            if not self.lifecycle.terminal:  # the actor tree stopped under it (not drained)
+                self._move(Event.CANCEL, self._usage())
             # Store before announcing the end: whoever saw the terminal state can GET it.
             if self._keeper is not None:
                 with trio.move_on_after(TERMINAL_HOOK_TIMEOUT, shield=True):
@@ -178,7 +183,6 @@ class Supervisor:
             async for out in adm.outputs:
                 if self.status is Status.QUEUED:
                     self._move(Event.START)
-                    self.builder.in_progress()
                     if ready.compaction is not None:
                         c = ready.compaction
                         self.builder.compaction(c.item, c.before, c.after)
@@ -194,9 +198,7 @@ class Supervisor:
                         output.feed(self._stops.flush())
                     output.finish()
                     truncated = out.finish_reason == "length" and not stopped
-                    event = Event.TRUNCATE if truncated else Event.COMPLETE
-                    self._move(event)
-                    self.builder.finish(self.status, self._usage())
+                    self._move(Event.TRUNCATE if truncated else Event.COMPLETE, self._usage())
                 self._notify()
                 if stopped or out.finish_reason is not None:
                     return  # leaving the block releases the slot
@@ -210,11 +212,9 @@ class Supervisor:
         assert ready.compaction is not None
         c = ready.compaction
         self._move(Event.START)
-        self.builder.in_progress()
         self.builder.compaction(c.item, c.before, c.after)
-        self._move(Event.COMPLETE)
-        self.builder.finish(self.status, usage(input_tokens=c.before,
-                                               output_tokens=c.usage.output_tokens))
+        self._move(Event.COMPLETE, usage(input_tokens=c.before,
+                                         output_tokens=c.usage.output_tokens))
         self._notify()
 
     def _usage(self) -> Usage:
@@ -225,10 +225,9 @@ class Supervisor:
                      reasoning_tokens=output.reasoning_tokens if output else 0)
 
     def _fail(self, code: str, message: str) -> None:
-        if is_terminal(self.status):
+        if self.lifecycle.terminal:
             return
-        self._move(Event.FAIL)
-        self.builder.fail(code, message, self._usage())
+        self._move(Event.FAIL, self._usage(), ResponseError(code, message))
 
     def _finish_cancelled(self) -> None:
         if self._shutdown_reason is not None:
@@ -236,11 +235,10 @@ class Supervisor:
             return
         if not self._cancel_requested:
             raise RuntimeError("supervisor scope cancelled without a cancel request")
-        self._move(Event.CANCEL)
-        self.builder.cancel(self._usage())
+        self._move(Event.CANCEL, self._usage())
 
     def cancel(self) -> None:
-        if not is_terminal(self.status) and self._shutdown_reason is None:
+        if not self.lifecycle.terminal and self._shutdown_reason is None:
             self._cancel_requested = True
             self._scope.cancel()
 
@@ -248,7 +246,7 @@ class Supervisor:
         """Ends the response now as `failed` with `reason` (the server is shutting down): it
         is stored, and its stream gets `response.failed`. A cancel asked for first stays a
         cancel."""
-        if not is_terminal(self.status) and not self._cancel_requested:
+        if not self.lifecycle.terminal and not self._cancel_requested:
             self._shutdown_reason = reason
             self._scope.cancel()
 
@@ -262,12 +260,12 @@ class ResponseSummary:
 
     response_id: str
     key: str              # the registry's name for it (its tenant's: tenants.scoped)
-    status: str
+    status: Status
     background: bool
     store: bool
     done: bool
     output_tokens: int
-    timeline: tuple[tuple[str, float], ...]
+    timeline: tuple[tuple[Status, float], ...]
     ttft: float | None
     usage: tuple[int, int, int] | None
 
@@ -290,8 +288,8 @@ class SupervisorHandle:
         return self._sup.done
 
     @property
-    def status(self) -> str:
-        return self._sup.status.value
+    def status(self) -> Status:
+        return self._sup.status
 
     @property
     def background(self) -> bool:
@@ -328,15 +326,15 @@ class SupervisorHandle:
         """What the live page shows of this response, as of now."""
         sup = self._sup
         obj = sup.builder.obj
-        timeline = tuple((status.value, at) for status, at in sup.timeline)
-        first = next((at for status, at in sup.timeline if status is Status.IN_PROGRESS), None)
+        timeline = tuple(sup.lifecycle.timeline)
+        first = next((at for status, at in timeline if status is Status.IN_PROGRESS), None)
         done = sup.done
         return ResponseSummary(
             response_id=self.response_id, key=self.key, status=self.status,
             background=self.background,
             store=bool(obj.store), done=done, output_tokens=sup.output_tokens,
             timeline=timeline,
-            ttft=None if first is None else first - sup.timeline[0][1],
+            ttft=None if first is None else first - timeline[0][1],
             usage=(obj.usage.input_tokens, obj.usage.input_tokens_details.cached_tokens,
                    obj.usage.output_tokens) if done and obj.usage is not None else None)
 
@@ -360,7 +358,7 @@ class SupervisorHandle:
         while True:
             events = sup.builder.events
             end = len(events)
-            if is_terminal(sup.status) and not sup.done:
+            if sup.lifecycle.terminal and not sup.done:
                 end -= 1  # the last event waits until the response is stored (done)
             if i < end:
                 batch = events[i:end]

@@ -12,7 +12,7 @@ import time
 from typing import Any, TypeVar
 
 from .ids import new_id
-from .lifecycle import Status
+from .lifecycle import Status, item_status
 from .objects import (CallDeltaEvent, CallDoneEvent, CallItem, CompactionCompletedEvent,
                       CompactionStartedEvent, ContentPartEvent, Echo, IncompleteDetails,
                       CompactionItem, CustomToolCallItem, FunctionCallItem, OutputItem,
@@ -65,9 +65,21 @@ class ResponseBuilder:
     def created(self) -> None:
         self._lifecycle("response.created")
 
-    def in_progress(self) -> None:
-        self.obj.status = Status.IN_PROGRESS
-        self._lifecycle("response.in_progress")
+    def enter(self, status: Status, usage_: Usage | None = None,
+              error: ResponseError | None = None) -> None:
+        """Renders the status its lifecycle (lifecycle.Lifecycle) entered: the object's
+        status and the events it sends. `usage_` for an end; `error` for `failed`."""
+        if status is Status.IN_PROGRESS:
+            self.obj.status = status
+            self._lifecycle("response.in_progress")
+        elif status is Status.FAILED:
+            assert error is not None
+            self._fail(error, usage_)
+        elif status is Status.CANCELLED:
+            self._cancel(usage_)
+        else:
+            assert usage_ is not None
+            self._finish(status, usage_)
 
     def text(self, delta: str, logprobs: list[dict[str, Any]] | None = None) -> None:
         if not delta:
@@ -218,7 +230,7 @@ class ResponseBuilder:
     def _close_open_items(self, status: str) -> None:
         self._close_message(status)
         for item in self._open_items():
-            item.status = "incomplete"
+            item.status = item_status(Status.INCOMPLETE)   # an item cut off never completes
             self._item_event("response.output_item.done", self._positions[item.id], item)
         self._reasoning = None
         self._calls.clear()
@@ -230,26 +242,26 @@ class ResponseBuilder:
         self.obj.usage = usage_
         self.obj.completed_at = int(time.time())
 
-    def finish(self, status: Status, usage_: Usage) -> None:
+    def _finish(self, status: Status, usage_: Usage) -> None:
         """completed, or incomplete because the token limit stopped generation."""
-        self._close_open_items("completed" if status is Status.COMPLETED else "incomplete")
+        self._close_open_items(item_status(status))
         self._end(status, usage_)
         if status is Status.INCOMPLETE:
             self.obj.incomplete_details = IncompleteDetails("max_output_tokens")
         self._lifecycle("response.completed" if status is Status.COMPLETED
                         else "response.incomplete")
 
-    def fail(self, code: str, message: str, usage_: Usage | None = None) -> None:
-        self._close_open_items("incomplete")
+    def _fail(self, error: ResponseError, usage_: Usage | None) -> None:
+        self._close_open_items(item_status(Status.FAILED))
         self._end(Status.FAILED, usage_)
-        self.obj.error = ResponseError(code, message)
+        self.obj.error = error
         self._lifecycle("response.failed")
 
-    def cancel(self, usage_: Usage | None = None) -> None:
+    def _cancel(self, usage_: Usage | None) -> None:
         """No event: OpenAI's stream has none for cancellation; the object records it."""
         for item in [self._message, *self._open_items()]:
             if item is not None:
-                item.status = "incomplete"
+                item.status = item_status(Status.INCOMPLETE)
         self._message = self._reasoning = None
         self._calls.clear()
         self._end(Status.CANCELLED, usage_)

@@ -1,4 +1,7 @@
-"""The response status machine as a pure table (no trio), after h11's `_state.py`.
+"""The response status machine as a pure table (no trio), after h11's `_state.py`, and
+`Lifecycle`, the one owner of a response's status: it moves by the table and keeps when
+each status was entered. The supervisor holds a response's; the `ResponseBuilder` renders
+each status it is told to enter and never picks one.
 
     queued ──start──▶ in_progress ──finish──▶ completed | incomplete
        │                   │
@@ -11,6 +14,7 @@ as it is (the cancel endpoint returns it unchanged).
 
 from __future__ import annotations
 
+import time
 from enum import Enum
 
 
@@ -63,3 +67,28 @@ def next_status(status: Status, event: Event) -> Status:
 
 def is_terminal(status: Status) -> bool:
     return status in TERMINAL
+
+
+def item_status(status: Status) -> str:
+    """The status an output item still open takes when its response ends in `status`:
+    `completed` with a completed response, else `incomplete`."""
+    return Status.COMPLETED.value if status is Status.COMPLETED else Status.INCOMPLETE.value
+
+
+class Lifecycle:
+    """One response's status: `move` takes an event through the table (TransitionError
+    for one the table has no row for) and returns the status entered. `timeline`: each
+    status with the wall-clock time it was entered."""
+
+    def __init__(self) -> None:
+        self.status = Status.QUEUED
+        self.timeline: list[tuple[Status, float]] = [(Status.QUEUED, time.time())]
+
+    def move(self, event: Event) -> Status:
+        self.status = next_status(self.status, event)
+        self.timeline.append((self.status, time.time()))
+        return self.status
+
+    @property
+    def terminal(self) -> bool:
+        return is_terminal(self.status)

@@ -26,7 +26,7 @@ from ..responses.builder import ResponseBuilder
 from ..responses.ids import new_id
 from ..responses.objects import CompactedHistory, Item, StreamEvent, item_of, items_of, usage
 from ..responses.items import canonical, chat_messages, turn_keys
-from ..responses.lifecycle import Status
+from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
@@ -130,8 +130,9 @@ class Preparer:
         plan, rendered = await self.prepare(caller, req, submits=False, local=local)
         builder = ResponseBuilder(new_id("resp"), plan.echo)
         builder.created()
-        builder.in_progress()
-        builder.finish(Status.COMPLETED, usage(len(rendered.tokens)))
+        lifecycle = Lifecycle()
+        builder.enter(lifecycle.move(Event.START))
+        builder.enter(lifecycle.move(Event.COMPLETE), usage(len(rendered.tokens)))
         local.remember(builder.obj.id, [*plan.past, *plan.items])
         return builder.obj.id, builder.events
 
