@@ -101,7 +101,10 @@ async def test_the_overview_lists_live_responses_and_the_recent_ends():
             [f"resp_{i}" for i in reversed(range(RECENT))]
         newest = overview.recent[0]
         assert newest.status == "incomplete" and newest.done
-        assert newest.usage == (2, 0, 2) and newest.output_tokens == 2
+        used = newest.usage
+        assert used is not None
+        assert (used.input_tokens, used.cached_tokens, used.output_tokens) == (2, 0, 2)
+        assert newest.output_tokens == 2
         assert [status for status, _ in newest.timeline] == \
             ["queued", "in_progress", "incomplete"]
         nursery.cancel_scope.cancel()

@@ -30,7 +30,7 @@ from triode.service.media import Media
 from triode.service.prepare import Preparer
 from triode.service.stores import Stores
 from triode.service.turns import Turns
-from triode.tenants import DEFAULT_CALLER as CALLER
+from triode.tenants import DEFAULT_CALLER as CALLER  # noqa: F401  (the tests import it)
 
 MODEL = "fake"
 

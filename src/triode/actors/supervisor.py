@@ -267,7 +267,7 @@ class ResponseSummary:
     output_tokens: int
     timeline: tuple[tuple[Status, float], ...]
     ttft: float | None
-    usage: tuple[int, int, int] | None
+    usage: Usage | None
 
 
 class SupervisorHandle:
@@ -335,8 +335,7 @@ class SupervisorHandle:
             store=bool(obj.store), done=done, output_tokens=sup.output_tokens,
             timeline=timeline,
             ttft=None if first is None else first - timeline[0][1],
-            usage=(obj.usage.input_tokens, obj.usage.input_tokens_details.cached_tokens,
-                   obj.usage.output_tokens) if done and obj.usage is not None else None)
+            usage=obj.usage if done else None)
 
     def cancel(self) -> None:
         self._sup.cancel()

@@ -29,7 +29,7 @@ from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
 from ..responses.objects import (AnyEvent, CompactedHistory, ResponseEvent, ResponseObject,
-                                Usage as ResponseUsage, event_type)
+                                Usage, event_type, usage)
 
 log = logging.getLogger("triode.access")
 
@@ -45,18 +45,6 @@ CLIENT_CLOSED = 499           # nginx's status for a request whose client left b
 # Seconds: a health check takes a millisecond, a long generation minutes.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     120.0, 300.0, 600.0)
-
-@attrs.frozen
-class Usage:
-    input_tokens: int
-    cached_tokens: int
-    output_tokens: int
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens,
-                     self.cached_tokens + other.cached_tokens,
-                     self.output_tokens + other.output_tokens)
-
 
 @attrs.define
 class AccessRecord:
@@ -82,11 +70,11 @@ class AccessRecord:
         """The response the request answered about: created, read, streamed, cancelled."""
         self.response_id = response_id
 
-    def record_usage(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> None:
+    def record_usage(self, used: Usage | None) -> None:
         """Tokens a response the request answered with used; a WebSocket's several
         responses add up."""
-        usage = Usage(input_tokens, cached_tokens, output_tokens)
-        self.usage = usage if self.usage is None else self.usage + usage
+        if used is not None:
+            self.usage = used if self.usage is None else self.usage + used
 
     def record_drafts(self, accepted: int) -> None:
         """Output tokens of the response this request generated that speculative decoding
@@ -102,10 +90,10 @@ class AccessRecord:
         if isinstance(obj, ResponseObject):
             self.record_response(obj.id)
             if obj.status in TERMINAL_STATUSES:
-                self._record_usage(obj.usage)
+                self.record_usage(obj.usage)
         elif isinstance(obj, CompactedHistory):
             self.record_response(obj.id)
-            self._record_usage(obj.usage)
+            self.record_usage(obj.usage)
         else:
             self.record_response(obj["id"])
             status = obj.get("status")
@@ -119,22 +107,16 @@ class AccessRecord:
         if kind in TERMINAL_EVENTS:
             self.responses += 1
             if isinstance(event, ResponseEvent):
-                self._record_usage(event.response.usage)
+                self.record_usage(event.response.usage)
             elif isinstance(event, dict):
                 self._record_usage_json(event["response"].get("usage"))
         elif kind == "error":
             self.errors += 1
 
-    def _record_usage(self, usage: ResponseUsage | None) -> None:
-        if usage is not None:
-            self.record_usage(usage.input_tokens, usage.input_tokens_details.cached_tokens,
-                              usage.output_tokens)
-
-    def _record_usage_json(self, usage: Mapping[str, Any] | None) -> None:
-        if usage is not None:
-            self.record_usage(usage["input_tokens"],
-                              usage["input_tokens_details"]["cached_tokens"],
-                              usage["output_tokens"])
+    def _record_usage_json(self, used: Mapping[str, Any] | None) -> None:
+        if used is not None:
+            self.record_usage(usage(used["input_tokens"], used["output_tokens"],
+                                    used["input_tokens_details"]["cached_tokens"]))
 
 
 def access_record(scope: Mapping[str, Any]) -> AccessRecord:

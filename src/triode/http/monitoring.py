@@ -1,19 +1,18 @@
 """Monitoring routes: `/health` (liveness and every actor's statistics, as JSON) and
 `/metrics` (the same figures, and the HTTP ones, in Prometheus' text format).
 
-Each scrape asks every actor for its `statistics()` and renders them with prometheus_client's
-metric families: the actors stay the owners of their figures, and no second copy of them is
-kept here. Names follow Prometheus' conventions: a counter ends in `_total`, a unit is
+Each answer gathers the actors' figures once (`service/figures.py`, which `/ui` reads too)
+and renders them; `/metrics` with prometheus_client's metric families. No second copy of a
+figure is kept here. Names follow Prometheus' conventions: a counter ends in `_total`, a unit is
 spelled out (`_seconds`, `_bytes`, `_tokens`), a capacity is a gauge of its own, and one
 quantity split by a cause is one metric with a label (docs/observability.md lists them).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, TypedDict
+from typing import Iterable
 
 import attrs
-import trio
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily,
                                             HistogramMetricFamily, Metric)
@@ -23,8 +22,8 @@ from quart import Response, current_app
 from ..actors.budget import BudgetStatistics
 from ..actors.messages import HistogramStatistics, ModelStatistics
 from ..actors.registry import RegistryStatistics
-from ..errors import StoreUnavailable
 from ..model.speculation import SpeculationStatistics
+from ..service import figures
 from ..system import Handles
 from .access import AccessLog
 from .body import json_response
@@ -37,160 +36,19 @@ PROCESS = ProcessCollector(registry=None)
 EVICTION_REASONS = ("ttl", "lru", "bytes", "oversize")   # Evictions' fields but `deleted`
 
 
-class StoreHealth(TypedDict):
-    kind: Literal["memory", "redis", "sqlite"]
-    reachable: bool
-
-
-class Slots(TypedDict):
-    total: int
-    busy: int
-    free: int
-
-
-class Queue(TypedDict):
-    depth: int
-    max: int
-
-
-class Generation(TypedDict):
-    steps: int
-    tokens: int
-    admitted: int
-    rejected: int
-    rendering: int
-
-
-class GuardHealth(TypedDict):
-    width: int                # batch width (rows)
-    state: str                # on, off, probing
-    windows: int              # windows judged
-    losses: int               # losing windows in a row
-    ratio: float | None       # the last window's rate against plain decoding's
-
-
-class SpeculationHealth(TypedDict):
-    """Speculative decoding's figures (docs/observability.md)."""
-
-    steps: int                # decode steps
-    speculative_steps: int    # ... that verified drafts
-    drafted_tokens: int
-    accepted_tokens: int
-    acceptance_rate: float    # accepted / drafted
-    tokens_per_step: float    # tokens a sequence got per decode step (1 without drafts)
-    compactions: int
-    guard: list[GuardHealth]  # the payoff guard, per batch width seen
-
-
-class ResponsesHealth(TypedDict):
-    live: int
-    started: int
-    background_jobs: int
-    background_max_jobs: int
-
-
-class Health(TypedDict):
-    """Readiness and every actor's statistics (docs/observability.md)."""
-
-    status: Literal["ok", "degraded"]
-    store: StoreHealth
-    model: str
-    context_window: int
-    weights: str          # how the weights run (and were stored): "float32 (stored as 4/8-bit)"
-    blas: str
-    blas_threads: int | None
-    engine_alive: bool
-    engine_restarts: int
-    engine_error: str | None
-    slots: Slots
-    queue: Queue
-    generation: Generation
-    prompt_cache: dict[str, int]                 # PromptCacheStatistics' fields
-    speculation: SpeculationHealth | None        # None: --speculative off
-    responses: ResponsesHealth
-    tasks: int
-    stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
-
-
 @route("/health", methods=["GET"])
-@documented(Operation("Readiness and statistics (503: degraded, with the same body)", Health,
+@documented(Operation("Readiness and statistics (503: degraded, with the same body)",
+                      figures.Health,
                       answers={503: ("Degraded: the engine or a shared store is down.",
-                                     Health)},
+                                     figures.Health)},
                       public=True))
 async def health() -> Response:
+    """503 when not ready (the engine is down, or a shared store cannot be reached): a
+    readiness probe fails; the body still reports everything else."""
     h = handles()
-    model = await h.model.statistics()
-    registry = await h.registry.statistics()
-    reachable = await reachable_store_statistics(h)
-    stores = {name: None if st is None else attrs.asdict(st) for name, st in reachable.items()}
-    store_up = all(st is not None for st in reachable.values())
-    ready = model.engine_alive and store_up
-    # 503 when not ready (the engine is down, or the shared store cannot be reached): a
-    # readiness probe fails; the body still reports everything else.
-    body: Health = {
-        "status": "ok" if ready else "degraded",
-        "store": {"kind": h.stores.responses.kind, "reachable": store_up},
-        "model": h.model_names[0],
-        "context_window": h.model.info.context_length,
-        "weights": h.model.info.weights,
-        "blas": h.blas,
-        "blas_threads": h.model.info.blas_threads,
-        "engine_alive": model.engine_alive,
-        "engine_restarts": model.engine_restarts,
-        "engine_error": model.engine_error,
-        "slots": {"total": model.slots_total, "busy": model.slots_busy,
-                  "free": model.slots_total - model.slots_busy},
-        "queue": {"depth": model.queue_depth, "max": model.queue_max},
-        "generation": {"steps": model.steps, "tokens": model.tokens_generated,
-                       "admitted": model.requests_admitted,
-                       "rejected": model.requests_rejected, "rendering": model.rendering},
-        "prompt_cache": attrs.asdict(model.prompt_cache),
-        "speculation": speculation_health(model.speculation),
-        "responses": {"live": registry.live, "started": registry.started,
-                      "background_jobs": registry.background_jobs,
-                      "background_max_jobs": registry.background_max_jobs},
-        "tasks": count_tasks(),
-        "stores": stores,
-    }
-    return json_response(body, 200 if ready else 503)
-
-
-def speculation_health(st: SpeculationStatistics | None) -> SpeculationHealth | None:
-    if st is None:
-        return None
-    return {"steps": st.plain_steps + st.speculative_steps,
-            "speculative_steps": st.speculative_steps, "drafted_tokens": st.drafted,
-            "accepted_tokens": st.accepted, "acceptance_rate": round(st.acceptance_rate, 4),
-            "tokens_per_step": round(st.tokens_per_step, 4), "compactions": st.compactions,
-            "guard": [{"width": g.width, "state": g.state, "windows": g.windows,
-                       "losses": g.losses,
-                       "ratio": None if g.ratio is None else round(g.ratio, 4)}
-                      for g in st.guard]}
-
-
-async def reachable_store_statistics(h: Handles) -> dict[str, BudgetStatistics | None]:
-    """Each store's statistics, None for a store that cannot be reached (Redis down): a
-    scrape still reports everything else, and `triode_store_up` says which one is down."""
-    stats: dict[str, BudgetStatistics | None] = {}
-    for name, store in (("responses", h.stores.responses),
-                        ("conversations", h.stores.conversations),
-                        ("reasoning_echo", h.stores.echo)):
-        try:
-            stats[name] = await store.statistics()
-        except StoreUnavailable:
-            stats[name] = None
-    return stats
-
-
-def count_tasks() -> int:
-    """How many trio tasks the process runs now (the soak test checks none are left behind)."""
-    root = trio.lowlevel.current_root_task()
-    count, todo = 0, [] if root is None else [root]
-    while todo:
-        task = todo.pop()
-        count += 1
-        todo += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
-    return count
+    f = await figures.gather(h.model, h.registry, h.stores)
+    body = figures.health(f, h.model, h.stores, name=h.model_names[0], blas=h.blas)
+    return json_response(body, 200 if f.ready else 503)
 
 
 @route("/metrics", methods=["GET"])
@@ -198,12 +56,13 @@ def count_tasks() -> int:
 async def metrics() -> Response:
     h = handles()
     access: AccessLog = current_app.config["TRIODE_ACCESS"]
+    f = await figures.gather(h.model, h.registry, h.stores)
     families = [
-        *model_metrics(h, await h.model.statistics()),
-        *registry_metrics(await h.registry.statistics()),
-        *store_metrics(await reachable_store_statistics(h)),
+        *model_metrics(h, f.model),
+        *registry_metrics(f.registry),
+        *store_metrics(f.stores),
         *http_metrics(access),
-        gauge("triode_tasks", "trio tasks the process runs", count_tasks()),
+        gauge("triode_tasks", "trio tasks the process runs", f.tasks),
     ]
     return Response(generate_latest(Families([*families, *PROCESS.collect()])),
                     content_type=CONTENT_TYPE)

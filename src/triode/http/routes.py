@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypedDict, TypeVar
 
-import trio
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
 from ..service.jobs import LiveResponse
-from ..errors import InvalidRequest, NotFound
+from ..errors import NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
-from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, event_type
+from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject
 from ..responses.wire import CompactRequest, CreateResponse, InputTokensRequest
 from ..service.turns import Started
 from ..system import Handles
@@ -24,7 +23,6 @@ from .caller import caller
 from .contract import Operation, Param, View, documented
 
 api = Blueprint("api", __name__)
-STREAM_COALESCE_SECS = 0.01
 REPLAY_EVENTS_PER_WRITE = 64
 
 
@@ -297,16 +295,10 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
 
     async def frames() -> AsyncIterator[bytes]:
         try:
-            # One body chunk (one write) per wake-up, however many events it brought; while
-            # tokens stream, a wake-up comes at most every STREAM_COALESCE_SECS (or at the
-            # end), so under load a write carries several steps' deltas instead of one send
-            # per step each.
-            async for batch in handle.follow_batches(starting_after):
+            # One body chunk (one write) per batch (sse.coalesced).
+            async for batch in sse.coalesced(handle, starting_after):
                 record.record_event(batch[-1])   # a terminal event ends the stream
                 yield sse.frames(batch)
-                if event_type(batch[-1]).endswith(".delta"):
-                    with trio.move_on_after(STREAM_COALESCE_SECS):
-                        await handle.wait()  # the end is written at once
             if cancel_on_disconnect and isinstance(handle, SupervisorHandle):
                 record.record_drafts(handle.accepted_drafts)   # the stream that made it
         finally:

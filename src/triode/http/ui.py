@@ -17,7 +17,6 @@ access log's open connections. What one caller may see goes through `visible_to`
 from __future__ import annotations
 
 import importlib.resources
-import json
 import time
 from typing import Any, AsyncIterator
 
@@ -28,13 +27,14 @@ from quart import Response, current_app, request
 from ..actors.supervisor import ResponseSummary
 from ..errors import StoreUnavailable
 from ..responses.lifecycle import TERMINAL_STATUSES
+from ..service import figures
 from ..system import Handles
 from ..tenants import Caller, unscoped
 from .access import AccessLog, Connection
 from .caller import caller
 from .body import json_response
 from .contract import Operation, documented
-from .monitoring import count_tasks, reachable_store_statistics
+from . import sse
 from .routes import api, sse_response
 
 PUSH_SECS = 0.25        # a snapshot at most this often
@@ -120,10 +120,12 @@ def recent_entry(s: ResponseSummary, worker: str) -> dict[str, Any]:
         # A background job is stored even with store: false (for its ephemeral TTL).
         "stored": s.store or s.background, "usage": None, "cached_share": None}
     if s.usage is not None:
-        input_tokens, cached, output = s.usage
-        entry["usage"] = {"input_tokens": input_tokens, "cached_tokens": cached,
-                          "output_tokens": output}
-        entry["cached_share"] = cached / input_tokens if input_tokens else None
+        used = s.usage
+        entry["usage"] = {"input_tokens": used.input_tokens,
+                          "cached_tokens": used.cached_tokens,
+                          "output_tokens": used.output_tokens}
+        entry["cached_share"] = used.cached_tokens / used.input_tokens \
+            if used.input_tokens else None
     return entry
 
 
@@ -211,10 +213,9 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
                    ) -> dict[str, Any]:
     """Everything the page shows, but the plots' history (`history`), as the actors answer
     now."""
-    model = await h.model.statistics()
-    registry = await h.registry.statistics()
+    f = await figures.gather(h.model, h.registry, h.stores)
+    model, stores = f.model, f.stores
     overview = await h.registry.overview()
-    stores = await reachable_store_statistics(h)
     here = short_worker(h.board.worker_id) if h.board is not None else "this process"
     open_ = access.connections()
     mine = [s for s in overview.live if visible_to(who, s.key)]
@@ -233,14 +234,14 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
                    "error": model.engine_error},
         "slots": {"total": model.slots_total, "busy": model.slots_busy},
         "queue": {"depth": model.queue_depth, "max": model.queue_max},
-        "rendering": model.rendering, "tasks": count_tasks(),
+        "rendering": model.rendering, "tasks": f.tasks,
         "generation": {"tokens": model.tokens_generated, "steps": model.steps,
                        "admitted": model.requests_admitted,
                        "rejected": model.requests_rejected},
         "prompt_cache": {**attrs.asdict(cache), "prompt_tokens": prompt_tokens,
                          "hit_share": cache.cached_tokens / prompt_tokens
                          if prompt_tokens else None},
-        "registry": attrs.asdict(registry),
+        "registry": attrs.asdict(f.registry),
         "stores": {name: store_json(st) for name, st in stores.items()},
         "draining": overview.draining,
         "live": live,
@@ -254,10 +255,6 @@ async def history(h: Handles, after: float) -> list[list[Any]]:
         return []
     return [[s.at, s.tokens_per_second, s.ttft, s.queue_depth, s.slots_busy,
              s.cache_hit_share] for s in await h.monitor.history(after)]
-
-
-def frame(kind: str, data: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 @documented(Operation(
@@ -294,15 +291,15 @@ async def ui_events() -> Response:
                 if shown is not None and snap["recent"] == shown["recent"]:
                     del payload["recent"]   # most of a snapshot's bytes; the page keeps it
                 shown = snap
-                yield frame("snapshot", payload)
+                yield sse.frame("snapshot", payload)
                 quiet_since = trio.current_time()
             if snap["draining"]:
                 # The server is shutting down: the page is told, and the stream does not
                 # hold the shutdown up.
-                yield frame("shutdown", {"now": time.time()})
+                yield sse.frame("shutdown", {"now": time.time()})
                 return
             elif trio.current_time() - quiet_since >= HEARTBEAT_SECS:
-                yield frame("heartbeat", {"now": time.time()})
+                yield sse.frame("heartbeat", {"now": time.time()})
                 quiet_since = trio.current_time()
             await trio.sleep(PUSH_SECS)
 

@@ -42,7 +42,8 @@ from ..tenants import Caller
 from .access import access_record
 from .caller import caller
 from .body import MAX_BODY_BYTES, MAX_JSON_DEPTH, check_body
-from .routes import STREAM_COALESCE_SECS, api, handles
+from . import sse
+from .routes import api, handles
 
 log = logging.getLogger(__name__)
 
@@ -209,14 +210,11 @@ class Socket:
         """The response's events as frames, coalesced like the SSE stream's writes; one that
         ends `failed` evicts what it continued before the client hears of it."""
         last = None
-        async for batch in handle.follow_batches():
-            if event_type(batch[-1]) == "response.failed":
+        async for batch in sse.coalesced(handle):
+            last = event_type(batch[-1])
+            if last == "response.failed":
                 self._evict(frame)
             await self._send_events(batch, stream_id)
-            last = event_type(batch[-1])
-            if last.endswith(".delta"):
-                with trio.move_on_after(STREAM_COALESCE_SECS):
-                    await handle.wait()  # the end is sent at once
         if last not in TERMINAL_EVENTS:
             # A cancelled response has no terminal event in the SSE stream (OpenAI's has
             # none); a socket client waits for one, so it gets an error frame instead.

@@ -72,6 +72,18 @@ class Usage:
     output_tokens_details: OutputTokensDetails
     total_tokens: int
 
+    @property
+    def cached_tokens(self) -> int:
+        return self.input_tokens_details.cached_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        """Two responses' tokens together (a WebSocket's line sums its responses')."""
+        return usage(self.input_tokens + other.input_tokens,
+                     self.output_tokens + other.output_tokens,
+                     self.cached_tokens + other.cached_tokens,
+                     self.output_tokens_details.reasoning_tokens
+                     + other.output_tokens_details.reasoning_tokens)
+
 
 def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
           reasoning_tokens: int = 0) -> Usage:

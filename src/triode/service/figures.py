@@ -1,0 +1,191 @@
+"""What the server's actors report now, read once per `/health`, `/metrics` scrape or `/ui`
+snapshot (`gather`), and `/health`'s report of it (`health`).
+
+The actors stay the owners of their figures: this asks each by message and keeps no copy.
+The HTTP layer renders the same `Figures` three ways (JSON, Prometheus' text format, the live
+page's snapshot) and computes nothing of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+import attrs
+import trio
+
+from ..actors.budget import BudgetStatistics
+from ..actors.messages import ModelStatistics
+from ..actors.model import ModelHandle
+from ..actors.registry import RegistryHandle, RegistryStatistics
+from ..errors import StoreUnavailable
+from ..model.speculation import SpeculationStatistics
+from .stores import Stores
+
+
+@attrs.frozen
+class Figures:
+    model: ModelStatistics
+    registry: RegistryStatistics
+    stores: dict[str, BudgetStatistics | None]   # None: a shared store that cannot be reached
+    tasks: int                                   # trio tasks the process runs
+
+    @property
+    def stores_reachable(self) -> bool:
+        return all(st is not None for st in self.stores.values())
+
+    @property
+    def ready(self) -> bool:
+        """The engine runs and every store answers: what a readiness probe asks."""
+        return self.model.engine_alive and self.stores_reachable
+
+
+async def gather(model: ModelHandle, registry: RegistryHandle, stores: Stores) -> Figures:
+    return Figures(await model.statistics(), await registry.statistics(),
+                   await reachable_store_statistics(stores), count_tasks())
+
+
+async def reachable_store_statistics(stores: Stores) -> dict[str, BudgetStatistics | None]:
+    """Each store's statistics, None for a store that cannot be reached (Redis down): a
+    scrape still reports everything else, and `triode_store_up` says which one is down."""
+    stats: dict[str, BudgetStatistics | None] = {}
+    for name, store in (("responses", stores.responses),
+                        ("conversations", stores.conversations),
+                        ("reasoning_echo", stores.echo)):
+        try:
+            stats[name] = await store.statistics()
+        except StoreUnavailable:
+            stats[name] = None
+    return stats
+
+
+def count_tasks() -> int:
+    """How many trio tasks the process runs now (the soak test checks none are left behind)."""
+    root = trio.lowlevel.current_root_task()
+    count, todo = 0, [] if root is None else [root]
+    while todo:
+        task = todo.pop()
+        count += 1
+        todo += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return count
+
+
+# ---- /health's report --------------------------------------------------------------------
+
+class StoreHealth(TypedDict):
+    kind: Literal["memory", "redis", "sqlite"]
+    reachable: bool
+
+
+class Slots(TypedDict):
+    total: int
+    busy: int
+    free: int
+
+
+class Queue(TypedDict):
+    depth: int
+    max: int
+
+
+class Generation(TypedDict):
+    steps: int
+    tokens: int
+    admitted: int
+    rejected: int
+    rendering: int
+
+
+class GuardHealth(TypedDict):
+    width: int                # batch width (rows)
+    state: str                # on, off, probing
+    windows: int              # windows judged
+    losses: int               # losing windows in a row
+    ratio: float | None       # the last window's rate against plain decoding's
+
+
+class SpeculationHealth(TypedDict):
+    """Speculative decoding's figures (docs/observability.md)."""
+
+    steps: int                # decode steps
+    speculative_steps: int    # ... that verified drafts
+    drafted_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float    # accepted / drafted
+    tokens_per_step: float    # tokens a sequence got per decode step (1 without drafts)
+    compactions: int
+    guard: list[GuardHealth]  # the payoff guard, per batch width seen
+
+
+class ResponsesHealth(TypedDict):
+    live: int
+    started: int
+    background_jobs: int
+    background_max_jobs: int
+
+
+class Health(TypedDict):
+    """Readiness and every actor's statistics (docs/observability.md)."""
+
+    status: Literal["ok", "degraded"]
+    store: StoreHealth
+    model: str
+    context_window: int
+    weights: str          # how the weights run (and were stored): "float32 (stored as 4/8-bit)"
+    blas: str
+    blas_threads: int | None
+    engine_alive: bool
+    engine_restarts: int
+    engine_error: str | None
+    slots: Slots
+    queue: Queue
+    generation: Generation
+    prompt_cache: dict[str, int]                 # PromptCacheStatistics' fields
+    speculation: SpeculationHealth | None        # None: --speculative off
+    responses: ResponsesHealth
+    tasks: int
+    stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
+
+
+def health(f: Figures, model: ModelHandle, stores: Stores, *, name: str, blas: str
+           ) -> Health:
+    """`/health`'s body: `name` is the model's name as /v1/models lists it."""
+    m, registry, info = f.model, f.registry, model.info
+    return {
+        "status": "ok" if f.ready else "degraded",
+        "store": {"kind": stores.responses.kind, "reachable": f.stores_reachable},
+        "model": name,
+        "context_window": info.context_length,
+        "weights": info.weights,
+        "blas": blas,
+        "blas_threads": info.blas_threads,
+        "engine_alive": m.engine_alive,
+        "engine_restarts": m.engine_restarts,
+        "engine_error": m.engine_error,
+        "slots": {"total": m.slots_total, "busy": m.slots_busy,
+                  "free": m.slots_total - m.slots_busy},
+        "queue": {"depth": m.queue_depth, "max": m.queue_max},
+        "generation": {"steps": m.steps, "tokens": m.tokens_generated,
+                       "admitted": m.requests_admitted,
+                       "rejected": m.requests_rejected, "rendering": m.rendering},
+        "prompt_cache": attrs.asdict(m.prompt_cache),
+        "speculation": speculation_health(m.speculation),
+        "responses": {"live": registry.live, "started": registry.started,
+                      "background_jobs": registry.background_jobs,
+                      "background_max_jobs": registry.background_max_jobs},
+        "tasks": f.tasks,
+        "stores": {name: None if st is None else attrs.asdict(st)
+                   for name, st in f.stores.items()},
+    }
+
+
+def speculation_health(st: SpeculationStatistics | None) -> SpeculationHealth | None:
+    if st is None:
+        return None
+    return {"steps": st.plain_steps + st.speculative_steps,
+            "speculative_steps": st.speculative_steps, "drafted_tokens": st.drafted,
+            "accepted_tokens": st.accepted, "acceptance_rate": round(st.acceptance_rate, 4),
+            "tokens_per_step": round(st.tokens_per_step, 4), "compactions": st.compactions,
+            "guard": [{"width": g.width, "state": g.state, "windows": g.windows,
+                       "losses": g.losses,
+                       "ratio": None if g.ratio is None else round(g.ratio, 4)}
+                      for g in st.guard]}
