@@ -118,12 +118,6 @@ class Image:
     height: int
     digest: str
 
-    def data_url(self) -> str:
-        """The image as a PNG data URL (what a stored input item keeps)."""
-        out = io.BytesIO()
-        self.pixels.save(out, format="PNG")
-        return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
-
 
 def decode_image(blob: Blob, max_pixels: int) -> Image:
     """Decodes PNG, JPEG, WebP or GIF (its first frame) to RGB. The pixel count is checked

@@ -39,10 +39,6 @@ class TemplateRoles:
     late_system: bool = True     # a `system` message after the conversation began
     system: bool = True          # a `system` message at all
 
-    @property
-    def refuses_any(self) -> bool:
-        return not (self.developer and self.late_system and self.system)
-
 
 _USER = {"role": "user", "content": "Hello."}
 _ASSISTANT = {"role": "assistant", "content": "Hi."}
