@@ -13,7 +13,8 @@ mx = pytest.importorskip("mlx.core")
 
 from ..fixtures import gemma3_vlm, vlm  # noqa: E402
 from ..fixtures.media import data_url, image_bytes  # noqa: E402
-from triode.model.vision import ImageRows, load_vision, prompter_of  # noqa: E402
+from triode.model.vision import (ImageRows, VisionPrompter, load_vision,  # noqa: E402
+                                 prompter_of)
 
 
 def llava_logits(model, ids, pixels):
@@ -353,3 +354,24 @@ def test_a_gemma3_whose_processor_and_model_disagree_on_image_tokens_is_refused(
                                 "image_seq_length": 2 * gemma3_vlm.IMAGE_TOKENS}))
     with pytest.raises(SettingsError, match=r"--model.*image_seq_length \(32\).*\(16\)"):
         load_vision(str(directory))
+
+
+def test_an_image_is_processed_once_however_often_it_is_rendered(loaded, monkeypatch):
+    """A chain's continuations render its images again: the prompter decodes and processes
+    each image once (its processed pixels are kept), and another image, or the same one at
+    another `detail`, is processed anew."""
+    _, tokenizer, _ = loaded
+    processed: list[str] = []
+    pixels = VisionPrompter.pixels
+
+    def counted(prompter, image):
+        processed.append(image["detail"])
+        return pixels(prompter, image)
+    monkeypatch.setattr(VisionPrompter, "pixels", counted)
+    _, [first] = image_prompt(tokenizer, seed=13)
+    _, [again] = image_prompt(tokenizer, seed=13)
+    assert processed == ["auto"]
+    assert again.digest == first.digest and again.pixels is first.pixels
+    image_prompt(tokenizer, seed=14)
+    image_prompt(tokenizer, seed=13, detail="low")
+    assert processed == ["auto", "auto", "low"]

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import io
 import secrets
+import threading
 import json
 from collections import OrderedDict
 from pathlib import Path
@@ -52,6 +53,9 @@ REQUEST_IMAGE_ROWS = IMAGE_ROWS // 8
 # Images reach rendering checked (service/media.py, --media-max-bytes); stored ones replayed
 # by a chain were checked when they came in.
 MAX_DATA_URL_BYTES = 1 << 31
+# Images whose processed pixels a prompter keeps (least recently used first out): a chain's
+# every continuation, and every step of `truncation: auto`, renders the same images again.
+PROCESSED_IMAGES = 32
 
 
 def vision_config(model: str) -> dict[str, Any] | None:
@@ -191,6 +195,11 @@ class VisionPrompter:
     format: ImageFormat
     processor: Any = attrs.field(eq=False, repr=False)
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    # (the image part's URL and detail, digested) → (processed pixels, their digest)
+    _processed: OrderedDict[str, tuple[Any, str]] = attrs.field(
+        factory=OrderedDict, eq=False, repr=False, alias="_processed")
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, eq=False, repr=False,
+                                        alias="_lock")
 
     @property
     def image_token(self) -> str:
@@ -209,7 +218,8 @@ class VisionPrompter:
         if len(places) != len(images):
             raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
                                  f"{len(images)} images", param="input", code="invalid_prompt")
-        pixels = [self.pixels(image) for image in images]
+        processed = [self.processed(image) for image in images]
+        pixels = [p for p, _ in processed]
         lengths = [fmt.count(int(p.shape[-2]), int(p.shape[-1])) for p in pixels]
         total = sum(lengths)
         if total > REQUEST_IMAGE_ROWS:
@@ -232,9 +242,9 @@ class VisionPrompter:
                                  param="input", code="invalid_prompt")
         spans: list[ImageSpan] = []
         at = 0
-        for p, n in zip(pixels, lengths):
+        for (p, key), n in zip(processed, lengths):
             start = out.index(fmt.image_token_id, at)
-            spans.append(ImageSpan(start=start, length=n, digest=digest(p), pixels=p))
+            spans.append(ImageSpan(start=start, length=n, digest=key, pixels=p))
             at = start + n
         return out, tuple(spans)
 
@@ -249,6 +259,24 @@ class VisionPrompter:
                                       for n, part in zip(lengths, parts[1:]))
         out: list[int] = self.processor.tokenizer.encode(expanded, add_special_tokens=False)
         return out
+
+    def processed(self, image: dict[str, Any]) -> tuple[Any, str]:
+        """An image part's processed pixels and their digest: decoded and processed once
+        per image (the last PROCESSED_IMAGES are kept), however often it is rendered."""
+        key = hashlib.sha256(f"{image.get('detail') or 'auto'} {image['image_url']}"
+                             .encode()).hexdigest()
+        with self._lock:
+            found = self._processed.get(key)
+            if found is not None:
+                self._processed.move_to_end(key)
+                return found
+        pixels = self.pixels(image)
+        made = (pixels, digest(pixels))
+        with self._lock:
+            self._processed[key] = made
+            while len(self._processed) > PROCESSED_IMAGES:
+                self._processed.popitem(last=False)
+        return made
 
     def pixels(self, image: dict[str, Any]) -> Any:
         """An image part's processed pixels (numpy, [1, channels, height, width])."""
