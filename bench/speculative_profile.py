@@ -169,12 +169,13 @@ async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: 
     import trio
 
     from triode.actors.model import ModelActor
+    from triode.model.engine import EngineOptions
     from triode.model.request import GenerationRequest, Sampling
 
     p = PROFILE
     p.iterations = []
-    actor = ModelActor(model=path, parallel=streams, max_queue=max(8, streams),
-                       speculative=speculative, engine_factory=ProfiledEngine)
+    actor = ModelActor(EngineOptions(model=path, parallel=streams, speculative=speculative),
+                       max_queue=max(8, streams), engine_factory=ProfiledEngine)
     outputs: list[list[int]] = [[] for _ in prompts]
     waiting = list(enumerate(prompts))
 
@@ -206,10 +207,10 @@ async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: 
 class ProfiledEngine:
     """`Engine`, with its exchange and its generator's batch instrumented."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, options: Any):
         from triode.model.engine import Engine
 
-        self._engine = Engine(*args, **kwargs)
+        self._engine = Engine(options)
 
     def run(self, exchange: Any, started: Any) -> None:
         mlx_generate = importlib.import_module("mlx_lm.generate")

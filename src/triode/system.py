@@ -44,6 +44,7 @@ from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, 
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
 from .model.disk_cache import check_directory
+from .model.engine import EngineOptions
 from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
 from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
@@ -200,6 +201,18 @@ def startup_error(exc: BaseException) -> SettingsError | None:
     return None
 
 
+def engine_options(settings: Settings, path: str) -> EngineOptions:
+    """The engine's knobs, taken from the settings once."""
+    return EngineOptions(
+        model=path, parallel=settings.parallel, context_length=settings.context_length,
+        blas_threads=settings.blas_threads, prompt_cache_bytes=settings.prompt_cache_bytes,
+        prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
+        speculative=settings.speculative, attention_window=settings.attention_window,
+        prompt_cache_dir=settings.prompt_cache_dir,
+        prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
+        load_options=load_options(settings))
+
+
 async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
     """Starts the model actor in `nursery` and returns its handle once the model has loaded.
     Logs the load before it starts and every LOAD_PROGRESS_SECS while it lasts; a load that
@@ -224,15 +237,7 @@ async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
     progress: trio.CancelScope = await nursery.start(report_progress)
     try:
         model: ModelHandle = await nursery.start(ModelActor(
-            model=path, parallel=settings.parallel,
-            max_queue=settings.max_queue, context_length=settings.context_length,
-            blas_threads=settings.blas_threads,
-            prompt_cache_bytes=settings.prompt_cache_bytes,
-            prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
-            attention_window=settings.attention_window,
-            prompt_cache_dir=settings.prompt_cache_dir,
-            prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
-            speculative=settings.speculative, load_options=load_options(settings)).run)
+            engine_options(settings, path), max_queue=settings.max_queue).run)
     except Exception as exc:
         log.debug("loading model %s failed", path, exc_info=exc)
         raise load_failure(path, exc) from None

@@ -14,7 +14,7 @@ from triode.responses.objects import plain
 from triode.actors.model import ModelActor
 from triode.actors.registry import Registry
 from triode.actors.supervisor import Supervisor
-from triode.model.engine import Engine
+from triode.model.engine import Engine, EngineOptions
 from triode.model.loading import BUNDLED_PATH
 from triode.model.parsers import make_parser
 from triode.model.request import GenerationRequest, Sampling
@@ -74,7 +74,8 @@ async def test_engine_death_fails_its_jobs_and_a_fresh_engine_serves_new_ones():
     FlakyEngine.instances = 0
     async with trio.open_nursery() as nursery:
         model = await nursery.start(ModelActor(
-            model=str(BUNDLED_PATH), parallel=2, max_queue=4, engine_factory=FlakyEngine).run)
+            EngineOptions(model=str(BUNDLED_PATH), parallel=2), max_queue=4,
+            engine_factory=FlakyEngine).run)
         registry = await nursery.start(Registry(background_max_jobs=8).run)
         long_job = await start_job(registry, model,
                                    "alpha beta gamma delta epsilon zeta eta theta iota kappa")
@@ -107,11 +108,11 @@ async def test_a_failure_handling_a_step_is_an_engine_death_not_the_processes(
     job."""
     engines: list[Engine] = []
 
-    def counted_engine(*args, **kwargs):
-        engines.append(Engine(*args, **kwargs))
+    def counted_engine(options):
+        engines.append(Engine(options))
         return engines[-1]
 
-    actor = ModelActor(model=str(BUNDLED_PATH), parallel=2, max_queue=4,
+    actor = ModelActor(EngineOptions(model=str(BUNDLED_PATH), parallel=2), max_queue=4,
                        engine_factory=counted_engine)
     first_output = actor._first_output
     failures = 0

@@ -10,7 +10,7 @@ import trio.testing
 
 from triode.actors.model import LARGE_RENDER_CHARS, ModelActor, text_size
 from triode.errors import Overloaded
-from triode.model.engine import Insert, StepOutput
+from triode.model.engine import EngineOptions, Insert, StepOutput
 from triode.model.request import GenerationRequest
 from triode.model.loading import ModelInfo
 
@@ -21,8 +21,8 @@ class FakeEngine:
     tokenizer = None
     last = None   # the most recent instance, for tests that inspect what the engine got
 
-    def __init__(self, model, *, parallel, context_length, **_):
-        self.parallel = parallel
+    def __init__(self, options):
+        self.parallel = options.parallel
         self.inserted: list[int] = []
         self.batches: list[list[int]] = []   # the Inserts each exchange brought, together
         FakeEngine.last = self
@@ -54,7 +54,7 @@ class FakeEngine:
 
 
 async def start(nursery, parallel=2, max_queue=1, **kw):
-    actor = ModelActor(model="fake", parallel=parallel, max_queue=max_queue,
+    actor = ModelActor(EngineOptions(model="fake", parallel=parallel), max_queue=max_queue,
                        engine_factory=FakeEngine, **kw)
     return actor, await nursery.start(actor.run)
 
@@ -164,7 +164,8 @@ async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
     shows in the statistics, and a fresh engine serves the next requests."""
     DyingEngine.instances = 0
     async with trio.open_nursery() as nursery:
-        actor = ModelActor(model="fake", parallel=2, max_queue=1, engine_factory=DyingEngine)
+        actor = ModelActor(EngineOptions(model="fake", parallel=2), max_queue=1,
+                           engine_factory=DyingEngine)
         model = await nursery.start(actor.run)
         async with model.generate(GenerationRequest([1], 1_000)) as adm:
             outs = [o async for o in adm.outputs]
@@ -196,7 +197,7 @@ async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):
 
     monkeypatch.setattr(model_module, "RESTART_DELAY", 0.001)
     async with trio.open_nursery() as nursery:
-        actor = ModelActor(model="fake", parallel=1, max_queue=1,
+        actor = ModelActor(EngineOptions(model="fake", parallel=1), max_queue=1,
                            engine_factory=AlwaysDyingEngine)
         model = await nursery.start(actor.run)
         with trio.fail_after(30):
@@ -242,7 +243,8 @@ async def test_inserts_wait_for_a_request_still_being_rendered(monkeypatch):
     monkeypatch.setattr(model_module, "ADMISSION_HOLD_MAX", 30.0)  # no deadline in this test
     GatedEngine.tokenizer = GatedTokenizer()
     async with trio.open_nursery() as nursery:
-        actor = ModelActor(model="fake", parallel=4, max_queue=4, engine_factory=GatedEngine)
+        actor = ModelActor(EngineOptions(model="fake", parallel=4), max_queue=4,
+                           engine_factory=GatedEngine)
         model = await nursery.start(actor.run)
         engine = FakeEngine.last
         async with model.generate(GenerationRequest([1], 2)) as alone:

@@ -19,6 +19,8 @@ from triode.responses.prepared import Prepared
 from triode.responses.translate import plan
 from triode.responses.wire import CreateResponse
 
+from triode.model.engine import EngineOptions
+
 from .test_model_actor import FakeEngine
 
 
@@ -44,8 +46,8 @@ async def test_a_full_queue_refuses_the_start_and_the_registry_keeps_serving():
     """Overloaded at admission reaches the caller of start(); nothing is registered, and the
     registry still starts, looks up and cancels responses afterwards."""
     async with trio.open_nursery() as nursery:
-        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=0,
-                                               engine_factory=FakeEngine).run)
+        model = await nursery.start(ModelActor(EngineOptions(model="fake", parallel=1),
+                                               max_queue=0, engine_factory=FakeEngine).run)
         registry = await nursery.start(Registry().run)
         busy = await registry.start(lambda: supervisor(model, "resp_busy", 10**9))
         with pytest.raises(Overloaded):
@@ -63,8 +65,8 @@ async def test_a_full_queue_refuses_the_start_and_the_registry_keeps_serving():
 async def test_cancel_after_completion_changes_nothing():
     """A response that completed stays completed when a cancel arrives late."""
     async with trio.open_nursery() as nursery:
-        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=0,
-                                               engine_factory=FakeEngine).run)
+        model = await nursery.start(ModelActor(EngineOptions(model="fake", parallel=1),
+                                               max_queue=0, engine_factory=FakeEngine).run)
         registry = await nursery.start(Registry().run)
         handle = await registry.start(lambda: supervisor(model, "resp_x", 2))
         obj = plain(await handle.wait())
@@ -79,8 +81,8 @@ async def test_the_overview_lists_live_responses_and_the_recent_ends():
     tokens so far; once ended it leaves it for the recent list (newest first), with its
     usage, and the recent list keeps only the last RECENT."""
     async with trio.open_nursery() as nursery:
-        model = await nursery.start(ModelActor(model="fake", parallel=1, max_queue=8,
-                                               engine_factory=FakeEngine).run)
+        model = await nursery.start(ModelActor(EngineOptions(model="fake", parallel=1),
+                                               max_queue=8, engine_factory=FakeEngine).run)
         registry = await nursery.start(Registry().run)
         busy = await registry.start(lambda: supervisor(model, "resp_busy", 10**9))
         while busy.summary().output_tokens < 3:

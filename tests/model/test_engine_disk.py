@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("mlx.core")
 
 from triode.model import disk_cache  # noqa: E402
-from triode.model.engine import Engine, Insert, StepOutput  # noqa: E402
+from triode.model.engine import Engine, EngineOptions, Insert, StepOutput  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 from triode.model.request import GenerationRequest, Sampling  # noqa: E402
 
@@ -39,8 +39,9 @@ def prompts():
 
 
 def engine(directory) -> Engine:
-    return Engine(str(BUNDLED_PATH), parallel=4, context_length=None, prompt_cache_bytes=1 << 28,
-                  prompt_cache_dir=str(directory), prompt_cache_disk_bytes=1 << 30)
+    return Engine(EngineOptions(model=str(BUNDLED_PATH), parallel=4, prompt_cache_bytes=1 << 28,
+                                prompt_cache_dir=str(directory),
+                                prompt_cache_disk_bytes=1 << 30))
 
 
 def request(prompt: list[int], max_tokens: int) -> GenerationRequest:

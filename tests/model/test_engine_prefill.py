@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("mlx.core")
 
-from triode.model.engine import Engine, Insert, StepOutput  # noqa: E402
+from triode.model.engine import Engine, EngineOptions, Insert, StepOutput  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 from triode.model.request import GenerationRequest, Sampling  # noqa: E402
 
@@ -25,7 +25,8 @@ def run(prefill_chunk: int, short: list[int], long: list[int], *, insert_after: 
     """Decodes `short` (uid 1); after its `insert_after`-th token inserts `long` (uid 2).
     Returns every sequence's tokens and how many tokens uid 1 got between that insert and
     uid 2's first token."""
-    engine = Engine(str(BUNDLED_PATH), parallel=4, context_length=None, prefill_chunk=prefill_chunk)
+    engine = Engine(EngineOptions(model=str(BUNDLED_PATH), parallel=4,
+                                  prefill_chunk=prefill_chunk))
     tokens: dict[int, list[int]] = {1: [], 2: []}
     finished: set[int] = set()
     state = {"inserted": False, "between": 0, "long_started": False}

@@ -10,7 +10,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from ..fixtures import hybrid  # noqa: E402
-from triode.model.engine import Engine, Insert, StepOutput, sequence_cache  # noqa: E402
+from triode.model.engine import Engine, EngineOptions, Insert, StepOutput, sequence_cache  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 from triode.model.prompt_cache import (PromptCache, needs_snapshots,  # noqa: E402
                                        snapshot_point, turn_close)
@@ -180,8 +180,8 @@ def run_turns(model_dir, turns: list[list[list[int]]], *, cache_bytes: int = 1 <
     stop token left out) and cached-token count, and the prompt cache's entry count after
     each turn; `stopped` collects the stop tokens, `logprobs` (one dict per turn) each
     token's log-probability and its 4 best alternatives'."""
-    engine = Engine(str(model_dir), parallel=4, context_length=None,
-                    prompt_cache_bytes=cache_bytes, **engine_flags)
+    engine = Engine(EngineOptions(model=str(model_dir), parallel=4,
+                                  prompt_cache_bytes=cache_bytes, **engine_flags))
     tokens: list[dict[int, list[int]]] = [{} for _ in turns]
     cached: list[dict[int, int]] = [{} for _ in turns]
     entries: list[int] = []

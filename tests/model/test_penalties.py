@@ -9,7 +9,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from triode.model import engine as engine_module  # noqa: E402
-from triode.model.engine import (Engine, Insert, StepOutput, logits_processors_for,  # noqa: E402
+from triode.model.engine import (Engine, EngineOptions, Insert, StepOutput, logits_processors_for,  # noqa: E402
                                  openai_penalties, sampler_for)
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 from triode.model.request import GenerationRequest, Sampling  # noqa: E402
@@ -77,8 +77,9 @@ def contexts_seen(monkeypatch, prompts: list[list[int]], *, speculative: str = "
         return processor
 
     monkeypatch.setattr(engine_module, "openai_penalties", recording)
-    engine = Engine(str(BUNDLED_PATH), parallel=2, context_length=None,
-                    prompt_cache_bytes=prompt_cache_bytes, speculative=speculative)
+    engine = Engine(EngineOptions(model=str(BUNDLED_PATH), parallel=2,
+                                  prompt_cache_bytes=prompt_cache_bytes,
+                                  speculative=speculative))
     generated: list[list[int]] = [[] for _ in prompts]
     pending = list(enumerate(prompts))
 

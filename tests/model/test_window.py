@@ -11,7 +11,7 @@ pytest.importorskip("mlx.core")
 import mlx.core as mx  # noqa: E402
 from mlx_lm.models.base import create_causal_mask  # noqa: E402
 
-from triode.model.engine import Engine, Insert, StepOutput  # noqa: E402
+from triode.model.engine import Engine, EngineOptions, Insert, StepOutput  # noqa: E402
 from triode.model.loading import BUNDLED_PATH, load  # noqa: E402
 from triode.model.request import GenerationRequest, Sampling  # noqa: E402
 from triode.model.window import window_caches  # noqa: E402
@@ -28,8 +28,8 @@ class Done(Exception):
 def decode(prompts: list[list[int]], *, window: int, prefill_chunk: int = 0
            ) -> list[list[int]]:
     """Every prompt's greedy tokens from one engine, all inserted together."""
-    engine = Engine(str(BUNDLED_PATH), parallel=4, context_length=None,
-                    prefill_chunk=prefill_chunk, attention_window=window)
+    engine = Engine(EngineOptions(model=str(BUNDLED_PATH), parallel=4,
+                                  prefill_chunk=prefill_chunk, attention_window=window))
     tokens: dict[int, list[int]] = {uid: [] for uid in range(len(prompts))}
     finished: set[int] = set()
     state = {"inserted": False}

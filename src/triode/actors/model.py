@@ -31,8 +31,9 @@ import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
 from ..model import generic_tools, harmony
-from ..model.engine import Command, Engine, Exchange, Insert, Remove, StepOutput
-from ..model.loading import LoadOptions, ModelInfo
+from ..model.engine import (Command, Engine, EngineOptions, Exchange, Insert, Remove,
+                            StepOutput)
+from ..model.loading import ModelInfo
 from ..model.parsers import GENERIC
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
@@ -219,27 +220,18 @@ class _Request:
 
 
 class ModelActor:
-    def __init__(self, *, model: str, parallel: int, max_queue: int,
-                 context_length: int | None = None, blas_threads: int = 0,
-                 prompt_cache_bytes: int = 0, prefill_chunk: int = 0, kv_bits: int = 0,
-                 speculative: str = "off", attention_window: int = 0,
-                 prompt_cache_dir: str | None = None, prompt_cache_disk_bytes: int = 0,
-                 load_options: LoadOptions = LoadOptions(),
-                 engine_factory: Callable[..., EngineRunner] = Engine,
+    def __init__(self, engine: EngineOptions, *, max_queue: int,
+                 engine_factory: Callable[[EngineOptions], EngineRunner] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
-        self._new_engine: Callable[[], EngineRunner] = functools.partial(
-            engine_factory, model, parallel=parallel, context_length=context_length,
-            blas_threads=blas_threads, prompt_cache_bytes=prompt_cache_bytes,
-            prefill_chunk=prefill_chunk, kv_bits=kv_bits, speculative=speculative,
-            attention_window=attention_window, prompt_cache_dir=prompt_cache_dir,
-            prompt_cache_disk_bytes=prompt_cache_disk_bytes, load_options=load_options)
-        self._prompt_cache_max = prompt_cache_bytes
-        self._speculative = speculative
+        """`engine`: every engine knob, handed whole to each engine this actor starts
+        (`engine_factory`: a test's fake engine)."""
+        self._options = engine
+        self._new_engine: Callable[[], EngineRunner] = functools.partial(engine_factory,
+                                                                         engine)
         # Speculation's figures: the running engine's latest report, and those of engines
         # that died (an engine counts from its start).
         self._speculation: SpeculationStatistics | None = None
         self._speculation_before = SpeculationStatistics()
-        self._parallel = parallel
         self._max_queue = max_queue
         self._stream_buffer = stream_buffer
         self._next_uid = 0
@@ -390,13 +382,13 @@ class ModelActor:
             self._arrivals.rendered -= 1
         if self._engine_gone is not None:
             raise ServerError(f"the generation engine is not running ({self._engine_gone})")
-        if len(self._active) >= self._parallel and len(self._waiting) >= self._max_queue:
+        if len(self._active) >= self._options.parallel and len(self._waiting) >= self._max_queue:
             self._rejected += 1
             raise Overloaded("the generation queue is full; retry later")
         send, recv = trio.open_memory_channel[StepOutput](self._stream_buffer)
         req = _Request(self._next_uid, msg.request, send, submitted=trio.current_time())
         self._next_uid += 1
-        if len(self._active) < self._parallel:
+        if len(self._active) < self._options.parallel:
             self._admit(req)
         else:
             self._enqueue(req)
@@ -418,7 +410,7 @@ class ModelActor:
     def _free_slot(self, uid: int) -> None:
         req = self._active.pop(uid)
         req.outputs.close()
-        while self._waiting and len(self._active) < self._parallel:
+        while self._waiting and len(self._active) < self._options.parallel:
             self._admit(self._waiting.popleft())
 
     def _release(self, uid: int) -> None:
@@ -562,7 +554,7 @@ class ModelActor:
         figures = self._prompt_cache or CacheFigures(0, 0)
         disk = figures.disk
         return PromptCacheStatistics(
-            max_bytes=self._prompt_cache_max, entries=figures.entries, bytes=figures.nbytes,
+            max_bytes=self._options.prompt_cache_bytes, entries=figures.entries, bytes=figures.nbytes,
             hits=self._prompt_cache_hits, cached_tokens=self._prompt_cache_tokens,
             **({} if disk is None else {
                 "disk_max_bytes": disk.max_bytes, "disk_entries": disk.entries,
@@ -571,7 +563,7 @@ class ModelActor:
 
     def _statistics(self) -> ModelStatistics:
         return ModelStatistics(
-            slots_total=self._parallel, slots_busy=len(self._active),
+            slots_total=self._options.parallel, slots_busy=len(self._active),
             queue_depth=len(self._waiting), queue_max=self._max_queue,
             engine_alive=self._engine_alive, engine_restarts=self._restarts,
             engine_error=self._engine_error, steps=self._steps, tokens_generated=self._tokens,
@@ -588,7 +580,7 @@ class ModelActor:
 
     def _speculation_statistics(self) -> SpeculationStatistics | None:
         """None with speculation off."""
-        if self._speculative == "off":
+        if self._options.speculative == "off":
             return None
         if self._speculation is None:
             return self._speculation_before

@@ -239,25 +239,33 @@ def sequence_cache(model: Any, new_cache: Callable[[], Any]) -> list[Any]:
     return list(new_cache() or make_prompt_cache(model))
 
 
+@attrs.frozen(kw_only=True)
+class EngineOptions:
+    """Every knob of an engine, made once from the settings (`of`) and passed whole: the
+    model actor holds it and hands it to each engine it starts."""
+
+    model: str                          # the path (or repo id) to load
+    parallel: int                       # --parallel: sequences decoded together
+    context_length: int | None = None   # --context-length (None: the model's own)
+    blas_threads: int = 0               # 0: auto
+    prompt_cache_bytes: int = 0         # 0: no prompt cache
+    prefill_chunk: int = 0              # 0: the device's default
+    kv_bits: int = 0                    # 0: full-precision KV cache
+    speculative: str = "off"            # "ngram": prompt-lookup drafts (speculative.py)
+    attention_window: int = 0           # 0: the model's own attention
+    prompt_cache_dir: str | None = None   # None: no disk tier
+    prompt_cache_disk_bytes: int = 0
+    load_options: LoadOptions = LoadOptions()   # --tool-format, --chat-template, ...
+
+    @property
+    def prefill_batch(self) -> int:
+        """Prompts prefilled together."""
+        return min(self.parallel, 8)
+
+
 class Engine:
-    def __init__(self, model: str, *, parallel: int, context_length: int | None,
-                 blas_threads: int = 0, prompt_cache_bytes: int = 0, prefill_chunk: int = 0,
-                 kv_bits: int = 0, speculative: str = "off", attention_window: int = 0,
-                 prompt_cache_dir: str | None = None, prompt_cache_disk_bytes: int = 0,
-                 load_options: LoadOptions = LoadOptions()):
-        self.model_name = model
-        self.load_options = load_options   # --tool-format, --chat-template
-        self.kv_bits = kv_bits
-        self.attention_window = attention_window   # 0: the model's own attention
-        self.prefill_chunk = prefill_chunk
-        self.prefill_batch = min(parallel, 8)   # prompts prefilled together
-        self.parallel = parallel
-        self.context_length = context_length
-        self.blas_threads = blas_threads
-        self.prompt_cache_bytes = prompt_cache_bytes
-        self.prompt_cache_dir = prompt_cache_dir   # None: no disk tier
-        self.prompt_cache_disk_bytes = prompt_cache_disk_bytes
-        self.speculative = speculative   # "ngram": prompt-lookup drafts (speculative.py)
+    def __init__(self, options: EngineOptions):
+        self.options = options
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
         import mlx.core as mx
@@ -265,36 +273,36 @@ class Engine:
 
         model, tokenizer, vision, weights = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
-        threads = blas.set_threads(self.blas_threads or blas.auto_threads(hidden_size))
+        threads = blas.set_threads(self.options.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
-        info = attrs.evolve(describe(self.model_name, model, tokenizer, self.context_length,
-                                     self.load_options), blas_threads=threads,
+        info = attrs.evolve(describe(self.options.model, model, tokenizer, self.options.context_length,
+                                     self.options.load_options), blas_threads=threads,
                             vision=vision is not None, weights=weights)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
-        if self.kv_bits:
+        if self.options.kv_bits:
             from .kvquant import quantized_cache
 
-            quantized_cache(model, self.kv_bits)   # refuses models it cannot serve, now
-            new_cache = functools.partial(quantized_cache, model, self.kv_bits)
-        elif self.attention_window:
-            window_caches(model, self.attention_window)   # refuses models it cannot serve
-            new_cache = functools.partial(window_caches, model, self.attention_window)
+            quantized_cache(model, self.options.kv_bits)   # refuses models it cannot serve, now
+            new_cache = functools.partial(quantized_cache, model, self.options.kv_bits)
+        elif self.options.attention_window:
+            window_caches(model, self.options.attention_window)   # refuses models it cannot serve
+            new_cache = functools.partial(window_caches, model, self.options.attention_window)
         stream = mx.new_stream(mx.default_device())
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
-            completion_batch_size=self.parallel,
-            prefill_batch_size=self.prefill_batch,
+            completion_batch_size=self.options.parallel,
+            prefill_batch_size=self.options.prefill_batch,
             stream=stream,
         )
-        if self.speculative == "ngram":
+        if self.options.speculative == "ngram":
             from . import speculative
 
             speculative.install(generator)   # one StepOutput per token still, in order
-        disk = self._disk_tier(model, new_cache, weights) if self.prompt_cache_bytes > 0 \
+        disk = self._disk_tier(model, new_cache, weights) if self.options.prompt_cache_bytes > 0 \
             else None
-        cache = PromptCache(self.prompt_cache_bytes, disk.evicted if disk is not None else None) \
-            if self.prompt_cache_bytes > 0 else None
+        cache = PromptCache(self.options.prompt_cache_bytes, disk.evicted if disk is not None else None) \
+            if self.options.prompt_cache_bytes > 0 else None
         # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
         # prompts are also kept where the next turn branches off (prompt_cache.snapshot_point);
         # None: not needed.
@@ -307,7 +315,7 @@ class Engine:
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
         loading: dict[int, Insert] = {}   # our uid → its Insert, waiting for a disk load
         outputs: list[StepOutput] = []
-        pacer = PrefillPacer(self.prefill_chunk, max_chunk=CPU_MAX_CHUNK if cpu else MAX_CHUNK)
+        pacer = PrefillPacer(self.options.prefill_chunk, max_chunk=CPU_MAX_CHUNK if cpu else MAX_CHUNK)
 
         def start(cmd: Insert, kv: Any, reused: int) -> None:
             seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close,
@@ -321,7 +329,7 @@ class Engine:
             return CacheFigures(len(cache), cache.nbytes,
                                 disk.figures() if disk is not None else None)
 
-        report = _SpeculationReport(generator, self.speculative == "ngram")
+        report = _SpeculationReport(generator, self.options.speculative == "ngram")
         kernels = contextlib.ExitStack()   # the CPU's attention, for the engine's lifetime
         if cpu:
             kernels.enter_context(cpu_attention.routed())
@@ -374,7 +382,7 @@ class Engine:
                     continue
                 generator.prefill_step_size = pacer.chunk(
                     decoding=len(running) - len(prefilling),
-                    prefilling=min(len(prefilling), self.prefill_batch))
+                    prefilling=min(len(prefilling), self.options.prefill_batch))
                 began = time.perf_counter()
                 with generator.stats() as stats:
                     progress, responses = generator.next()
@@ -413,31 +421,31 @@ class Engine:
                    ) -> DiskTier | None:
         """The prompt cache's disk tier (with --prompt-cache-dir), its index read back; None
         (logged) when the directory cannot be used: the server runs on without it."""
-        if self.prompt_cache_dir is None:
+        if self.options.prompt_cache_dir is None:
             return None
         from . import disk_cache
 
         try:
             key = disk_cache.cache_key(
-                self.model_name, kv_bits=self.kv_bits, attention_window=self.attention_window,
+                self.options.model, kv_bits=self.options.kv_bits, attention_window=self.options.attention_window,
                 layer_types=disk_cache.layer_types(sequence_cache(model, new_cache)),
                 weights=weights)
-            tier = DiskTier(self.prompt_cache_dir, self.prompt_cache_disk_bytes, key,
-                            pending_limit=self.prompt_cache_bytes)
+            tier = DiskTier(self.options.prompt_cache_dir, self.options.prompt_cache_disk_bytes, key,
+                            pending_limit=self.options.prompt_cache_bytes)
             tier.open()
         except Exception as exc:   # the server serves on from memory
             log.warning("prompt cache: cannot use %s (%s); running without the disk tier",
-                        self.prompt_cache_dir, exc)
+                        self.options.prompt_cache_dir, exc)
             return None
         return tier
 
     def _load(self) -> tuple[Any, Any, Vision | None, str]:
         """The model and tokenizer; a vision model's language model (as mlx-lm's class)
         with its vision half (model/vision.py); how the weights run."""
-        if vision_config(self.model_name) is not None:
-            model, tokenizer, vision = load_vision(self.model_name)
+        if vision_config(self.options.model) is not None:
+            model, tokenizer, vision = load_vision(self.options.model)
             return model, tokenizer, vision, precision.describe(model)
-        loaded = load_model(self.model_name, self.load_options)
+        loaded = load_model(self.options.model, self.options.load_options)
         return loaded.model, loaded.tokenizer, None, loaded.weights
 
     @staticmethod
