@@ -554,7 +554,8 @@ class ModelActor:
         figures = self._prompt_cache or CacheFigures(0, 0)
         disk = figures.disk
         return PromptCacheStatistics(
-            max_bytes=self._options.prompt_cache_bytes, entries=figures.entries, bytes=figures.nbytes,
+            max_bytes=self._options.prompt_cache_bytes, entries=figures.entries,
+            bytes=figures.nbytes,
             hits=self._prompt_cache_hits, cached_tokens=self._prompt_cache_tokens,
             **({} if disk is None else {
                 "disk_max_bytes": disk.max_bytes, "disk_entries": disk.entries,

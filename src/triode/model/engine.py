@@ -271,38 +271,39 @@ class Engine:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
+        o = self.options
         model, tokenizer, vision, weights = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
-        threads = blas.set_threads(self.options.blas_threads or blas.auto_threads(hidden_size))
+        threads = blas.set_threads(o.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
-        info = attrs.evolve(describe(self.options.model, model, tokenizer, self.options.context_length,
-                                     self.options.load_options), blas_threads=threads,
+        info = attrs.evolve(describe(o.model, model, tokenizer, o.context_length,
+                                     o.load_options), blas_threads=threads,
                             vision=vision is not None, weights=weights)
         new_cache: Callable[[], Any] = lambda: None   # None: mlx-lm makes the model's own
-        if self.options.kv_bits:
+        if o.kv_bits:
             from .kvquant import quantized_cache
 
-            quantized_cache(model, self.options.kv_bits)   # refuses models it cannot serve, now
-            new_cache = functools.partial(quantized_cache, model, self.options.kv_bits)
-        elif self.options.attention_window:
-            window_caches(model, self.options.attention_window)   # refuses models it cannot serve
-            new_cache = functools.partial(window_caches, model, self.options.attention_window)
+            quantized_cache(model, o.kv_bits)   # refuses models it cannot serve, now
+            new_cache = functools.partial(quantized_cache, model, o.kv_bits)
+        elif o.attention_window:
+            window_caches(model, o.attention_window)   # refuses models it cannot serve
+            new_cache = functools.partial(window_caches, model, o.attention_window)
         stream = mx.new_stream(mx.default_device())
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
-            completion_batch_size=self.options.parallel,
-            prefill_batch_size=self.options.prefill_batch,
+            completion_batch_size=o.parallel,
+            prefill_batch_size=o.prefill_batch,
             stream=stream,
         )
-        if self.options.speculative == "ngram":
+        if o.speculative == "ngram":
             from . import speculative
 
             speculative.install(generator)   # one StepOutput per token still, in order
-        disk = self._disk_tier(model, new_cache, weights) if self.options.prompt_cache_bytes > 0 \
+        disk = self._disk_tier(model, new_cache, weights) if o.prompt_cache_bytes > 0 \
             else None
-        cache = PromptCache(self.options.prompt_cache_bytes, disk.evicted if disk is not None else None) \
-            if self.options.prompt_cache_bytes > 0 else None
+        cache = PromptCache(o.prompt_cache_bytes, disk.evicted if disk is not None else None) \
+            if o.prompt_cache_bytes > 0 else None
         # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
         # prompts are also kept where the next turn branches off (prompt_cache.snapshot_point);
         # None: not needed.
@@ -315,7 +316,7 @@ class Engine:
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
         loading: dict[int, Insert] = {}   # our uid → its Insert, waiting for a disk load
         outputs: list[StepOutput] = []
-        pacer = PrefillPacer(self.options.prefill_chunk, max_chunk=CPU_MAX_CHUNK if cpu else MAX_CHUNK)
+        pacer = PrefillPacer(o.prefill_chunk, max_chunk=CPU_MAX_CHUNK if cpu else MAX_CHUNK)
 
         def start(cmd: Insert, kv: Any, reused: int) -> None:
             seq = self._insert(generator, tokenizer, cmd, kv, reused, new_cache, close,
@@ -329,7 +330,7 @@ class Engine:
             return CacheFigures(len(cache), cache.nbytes,
                                 disk.figures() if disk is not None else None)
 
-        report = _SpeculationReport(generator, self.options.speculative == "ngram")
+        report = _SpeculationReport(generator, o.speculative == "ngram")
         kernels = contextlib.ExitStack()   # the CPU's attention, for the engine's lifetime
         if cpu:
             kernels.enter_context(cpu_attention.routed())
@@ -382,7 +383,7 @@ class Engine:
                     continue
                 generator.prefill_step_size = pacer.chunk(
                     decoding=len(running) - len(prefilling),
-                    prefilling=min(len(prefilling), self.options.prefill_batch))
+                    prefilling=min(len(prefilling), o.prefill_batch))
                 began = time.perf_counter()
                 with generator.stats() as stats:
                     progress, responses = generator.next()
@@ -421,21 +422,22 @@ class Engine:
                    ) -> DiskTier | None:
         """The prompt cache's disk tier (with --prompt-cache-dir), its index read back; None
         (logged) when the directory cannot be used: the server runs on without it."""
-        if self.options.prompt_cache_dir is None:
+        o = self.options
+        if o.prompt_cache_dir is None:
             return None
         from . import disk_cache
 
         try:
             key = disk_cache.cache_key(
-                self.options.model, kv_bits=self.options.kv_bits, attention_window=self.options.attention_window,
+                o.model, kv_bits=o.kv_bits, attention_window=o.attention_window,
                 layer_types=disk_cache.layer_types(sequence_cache(model, new_cache)),
                 weights=weights)
-            tier = DiskTier(self.options.prompt_cache_dir, self.options.prompt_cache_disk_bytes, key,
-                            pending_limit=self.options.prompt_cache_bytes)
+            tier = DiskTier(o.prompt_cache_dir, o.prompt_cache_disk_bytes, key,
+                            pending_limit=o.prompt_cache_bytes)
             tier.open()
         except Exception as exc:   # the server serves on from memory
             log.warning("prompt cache: cannot use %s (%s); running without the disk tier",
-                        self.options.prompt_cache_dir, exc)
+                        o.prompt_cache_dir, exc)
             return None
         return tier
 
