@@ -241,8 +241,8 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=source_sampling(model),
         family=family,
-        reasoning=thinking or all(t in vocab for t in THINK),
-        think=(tokenizer.think_start, tokenizer.think_end) if thinking else THINK,
+        reasoning=thinking or all(t in vocab for t in family.think),
+        think=(tokenizer.think_start, tokenizer.think_end) if thinking else family.think,
         template_roles=template_roles(tokenizer),
     )
 

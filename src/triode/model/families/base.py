@@ -3,9 +3,8 @@
 A family is the part of a model that triode has to know by name: how its chat template is
 given the conversation (`present`, `render`), how its output is read (`parser`), how a call
 or a JSON reply is forced in its syntax (`tool_call_grammar`, `text_format_grammar`), which
-tokens end its turn besides EOS (`stop_markers`) and whether its reasoning is marked
-`<think>`-style (the markers themselves are the tokenizer's: `ModelInfo.think`). The
-defaults fit a model whose template renders tools and calls itself and whose reasoning is a
+tokens end its turn besides EOS (`stop_markers`) and how its reasoning is marked (`think`,
+where the tokenizer names no markers of its own: `ModelInfo.think`). The defaults fit a model whose template renders tools and calls itself and whose reasoning is a
 `<think>` block; a family overrides what differs.
 """
 
@@ -39,6 +38,9 @@ class Family:
     own_syntax: bool = True
     # Marker tokens that end generation besides the tokenizer's EOS.
     stop_markers: tuple[str, ...] = ()
+    # The reasoning block's markers where mlx-lm's tokenizer names none (its think_start /
+    # think_end): a model reasons when its vocabulary holds them.
+    think: tuple[str, str] = THINK
 
     def __repr__(self) -> str:
         return f"<family {self.name}>"
