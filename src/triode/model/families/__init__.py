@@ -16,7 +16,7 @@ template without tools), `kimi_k2` (mlx-lm's parser, triode's call ids) and `pla
 every other format of the installed mlx-lm is a `whole.WholeCalls`.
 
 A new family is one module defining a `Family` subclass and its `FAMILY`, listed in
-`FAMILIES` below (docs/tools.md, "Adding a family").
+`FAMILIES` below (docs/architecture.md, "Adding a family").
 """
 
 from __future__ import annotations
