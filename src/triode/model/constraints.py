@@ -6,7 +6,8 @@ Two halves, split along the thread boundary:
   forms for gpt-oss, `harmony_text_format_grammar`, `harmony_tool_call_grammar`) run at
   request time on the trio side. They check the request (an unusable schema is a 400 before
   anything is queued) and return a `Grammar`: plain data, independent of any tokenizer,
-  cached.
+  cached. Which of them a request gets, in which syntax, is its model family's choice
+  (`model/families`).
 - `make_processor(grammar, tokenizer)` runs on the engine thread when a sequence is inserted.
   It returns a `ConstrainedProcessor`, an mlx-lm logits processor that owns one llguidance
   matcher: each step it feeds the matcher the token sampled last and sets every token the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from triode.model.families import Family
@@ -16,8 +17,6 @@ CHAT_WEATHER = {"type": "function", "function": {"name": "get_weather",
 
 def parsed(family: Family, text: str, **flags: Any) -> tuple[str, list[tuple[str, Any]]]:
     """(the text, the (name, arguments) calls) a family's parser makes of one turn."""
-    import json
-
     parser = family.parser(reasoning=flags.pop("reasoning", False),
                            starts_in_reasoning=False, tools=[CHAT_WEATHER], **flags)
     events = parser.feed(text) + parser.finish()

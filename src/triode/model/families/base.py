@@ -41,6 +41,8 @@ class Family:
     # The reasoning block's markers where mlx-lm's tokenizer names none (its think_start /
     # think_end): a model reasons when its vocabulary holds them.
     think: tuple[str, str] = THINK
+    # Whether `claims` is asked before mlx-lm's inference (for a format mlx-lm misreads).
+    before_mlx: bool = False
 
     def __repr__(self) -> str:
         return f"<family {self.name}>"
@@ -51,8 +53,6 @@ class Family:
         """The template is unmistakably this family's (asked where mlx-lm infers nothing;
         `before_mlx` families are asked before mlx-lm is)."""
         return False
-
-    before_mlx: bool = False
 
     # ---- the prompt --------------------------------------------------------------------
 
