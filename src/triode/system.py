@@ -329,7 +329,7 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
              "n/a" if info.blas_threads is None else info.blas_threads)
     refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
     log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "
-             "docs/models.md says)", info.path, info.tool_format,
+             "docs/models.md says)", info.path, info.family.name,
              " ... ".join(info.think) if info.reasoning else "none",
              ", ".join(refused) or "no role")
     names = model_names(settings, info.path)

@@ -16,7 +16,6 @@ from triode.actors.registry import Registry
 from triode.actors.supervisor import Supervisor
 from triode.model.engine import Engine, EngineOptions
 from triode.model.loading import BUNDLED_PATH
-from triode.model.parsers import make_parser
 from triode.model.request import GenerationRequest, Sampling
 from triode.responses.ids import new_id
 from triode.responses.output import OutputAssembler
@@ -52,7 +51,7 @@ async def start_job(registry, model, text: str, max_tokens: int = 200) -> Superv
     info = model.info
 
     def assemble(builder):
-        parser = make_parser(info.tool_format, reasoning=info.reasoning, starts_in_reasoning=False)
+        parser = info.family.parser(reasoning=info.reasoning, starts_in_reasoning=False)
         return OutputAssembler(builder, parser, resolve=lambda name: None)
 
     class Keeper:

@@ -11,7 +11,7 @@ from triode.actors.model import ModelActor
 from triode.actors.registry import RECENT, Registry
 from triode.actors.supervisor import Supervisor
 from triode.errors import Overloaded
-from triode.model.parsers import make_parser
+from triode.model.families import make_parser
 from triode.model.request import GenerationRequest, Sampling
 from triode.responses.convert import structure
 from triode.responses.output import OutputAssembler

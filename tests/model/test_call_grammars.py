@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from triode.errors import InvalidRequest
-from triode.model.constraints import (FORCED_FORMATS, InvalidSchema, _bind, compile_text_format,
-                                      tool_call_grammar)
-from triode.model.parsers import ReasoningDelta, TextDelta, ToolCallDone, make_parser
+from triode.model.constraints import InvalidSchema, _bind, compile_text_format
+from triode.model.families import family_for, forced_formats, make_parser
+from triode.model.parsers import ReasoningDelta, TextDelta, ToolCallDone
 
 from ..fixtures.families import FAMILIES, Family, tokenizer_json
 
@@ -45,6 +45,7 @@ CUSTOM = {"type": "custom", "name": "dial", "format": {"type": "grammar", "synta
 
 # The family whose tokenizer each format's samples use.
 FAMILY_OF = {f.tool_format: f for f in FAMILIES.values()}
+FORCED_FORMATS = forced_formats()
 FLAT = ("function_gemma",)   # mlx-lm's parser reads no nested arguments
 
 
@@ -125,7 +126,7 @@ def test_required_calls_parse_back_and_validate(fmt):
     """tool_choice required, parallel: each sampled output is one or more calls to declared
     tools whose arguments validate against their schemas, and nothing else."""
     tools = tools_for(fmt)
-    grammar = tool_call_grammar(tools, "required", parallel=True, tool_format=fmt)
+    grammar = family_for(fmt).tool_call_grammar(tools, "required", parallel=True)
     rng = random.Random(fmt)
     for _ in range(8):
         text = sampler(fmt).sample(grammar, rng)
@@ -137,7 +138,7 @@ def test_required_calls_parse_back_and_validate(fmt):
 def test_named_call_is_exactly_one_call_to_it(fmt):
     """A named tool_choice without parallel calls: exactly one call, to that tool."""
     tools = tools_for(fmt)
-    grammar = tool_call_grammar(tools, "get_weather", parallel=False, tool_format=fmt)
+    grammar = family_for(fmt).tool_call_grammar(tools, "get_weather", parallel=False)
     rng = random.Random(fmt + "named")
     for _ in range(6):
         text = sampler(fmt).sample(grammar, rng)
@@ -148,7 +149,7 @@ def test_named_call_is_exactly_one_call_to_it(fmt):
 def test_custom_tool_with_a_regex_format(fmt):
     """A custom tool is a function of one `input` string; its regex format holds."""
     tools = [CUSTOM]
-    grammar = tool_call_grammar(tools, "dial", parallel=False, tool_format=fmt)
+    grammar = family_for(fmt).tool_call_grammar(tools, "dial", parallel=False)
     text = sampler(fmt).sample(grammar, random.Random(fmt))
     [call] = [e for e in parsed(fmt, text, tools) if isinstance(e, ToolCallDone)]
     assert call.name == "dial"
@@ -161,7 +162,7 @@ def test_custom_tool_with_a_regex_format(fmt):
 def test_forced_call_after_reasoning_the_prompt_opened(fmt):
     """With the prompt inside <think>, reasoning runs to </think>, then the call."""
     tools = [WEATHER]
-    grammar = tool_call_grammar(tools, "get_weather", parallel=False, tool_format=fmt,
+    grammar = family_for(fmt).tool_call_grammar(tools, "get_weather", parallel=False,
                                 in_reasoning=True)
     text = sampler(fmt).sample(grammar, random.Random(fmt), prefer="</think>")
     events = parsed(fmt, text, tools, reasoning=True, starts_in_reasoning=True)
@@ -187,14 +188,14 @@ def test_function_gemma_refuses_nested_arguments_by_name():
     """FunctionGemma's syntax (as mlx-lm parses it) has no nested objects: a 400 naming the
     tool's parameters, not a call that would not parse back."""
     with pytest.raises(InvalidSchema) as caught:
-        tool_call_grammar([WEATHER, NESTED], "required", tool_format="function_gemma")
+        family_for("function_gemma").tool_call_grammar([WEATHER, NESTED], "required")
     assert caught.value.param == "tools[1].parameters"
     assert "configure" in caught.value.message
 
 
 def test_a_model_without_a_format_cannot_be_forced():
     with pytest.raises(InvalidRequest) as caught:
-        tool_call_grammar([WEATHER], "required", tool_format="none")
+        family_for("none").tool_call_grammar([WEATHER], "required")
     assert caught.value.param == "tool_choice"
 
 
@@ -202,7 +203,7 @@ def test_a_model_without_a_format_cannot_be_forced():
 def test_markers_are_the_tokenizers_special_tokens(fmt):
     """A marker the tokenizer holds as one special token is written as that token (bound by
     id), never spelled out in other tokens, so the model sees its own markup."""
-    grammar = tool_call_grammar([WEATHER], "get_weather", parallel=False, tool_format=fmt)
+    grammar = family_for(fmt).tool_call_grammar([WEATHER], "get_weather", parallel=False)
     s = sampler(fmt)
     text = s.sample(grammar, random.Random(1))
     for _, marker in grammar.markers:
@@ -215,4 +216,4 @@ def test_gemma_refuses_a_name_its_parser_cannot_read(fmt):
     """Gemma's parsers read a name as a word: a namespaced tool cannot be forced there."""
     tool = {**EMPTY, "name": "shell.exec"}
     with pytest.raises(InvalidSchema, match="shell.exec"):
-        tool_call_grammar([tool], "required", tool_format=fmt)
+        family_for(fmt).tool_call_grammar([tool], "required")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from triode.model.parsers import (STREAMED, TextDelta, ToolCallDelta,
-                                  ToolCallDone, canonical_format, detect_format, format_names,
-                                  make_parser)
+from triode.model.families import (WholeCalls, canonical_format, detect_format, family_for,
+                                   format_names, make_parser)
+from triode.model.parsers import TextDelta, ToolCallDelta, ToolCallDone
 from triode.model.parsers.whole import mlx_format_names, mlx_module
 from training.tiny.template import CHAT_TEMPLATE
 
@@ -90,7 +90,7 @@ def render(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
         for name, args in calls) + "]<|tool_call_end|>"
 
 
-WHOLE = [f for f in format_names() if f not in STREAMED and f not in ("none", "harmony")]
+WHOLE = [f for f in format_names() if isinstance(family_for(f), WholeCalls)]
 THINK = {"gemma4": ("<|channel>thought", "<channel|>"),
          "kimi_k3": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
          "longcat": ("<longcat_think>", "</longcat_think>")}

@@ -17,11 +17,11 @@ import pytest
 import trio
 
 from triode.errors import InvalidRequest
-from triode.model.constraints import tool_call_grammar
 from triode.model.generic_tools import present, tools_text
 from triode.model.loading import ModelInfo
-from triode.model.parsers import (ToolCallDone, canonical_format, detect_format, format_names,
-                                  make_parser)
+from triode.model.families import (canonical_format, detect_format, family_for, format_names,
+                                   make_parser)
+from triode.model.parsers import ToolCallDone
 from triode.model.templates import probe_roles, render_fitted
 
 from ..fixtures.families import Family
@@ -57,7 +57,7 @@ def generic_render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
                    family: Family = CHATML) -> str:
     """What ModelHandle.render does for the generic format, without the actor."""
     render = renderer(family)
-    return render_fitted(render, present(messages, tools), probe_roles(render), "generic")
+    return render_fitted(render, present(messages, tools), probe_roles(render))
 
 
 def call_message(name: str, arguments: Any, content: str = "") -> dict[str, Any]:
@@ -158,7 +158,7 @@ def test_a_forced_call_re_renders_as_it_was_generated(seed):
     """The prompt cache keeps matching across turns: what a forced call wrote, parsed into
     a function_call and rendered back in the history, is the same text."""
     tools = [WEATHER, NESTED, EMPTY]
-    grammar = tool_call_grammar(tools, "required", parallel=True, tool_format="generic")
+    grammar = family_for("generic").tool_call_grammar(tools, "required", parallel=True)
     written = sampler().sample(grammar, random.Random(seed))
     done = [e for e in parse("generic", written) if isinstance(e, ToolCallDone)]
     assert done
@@ -197,7 +197,7 @@ async def test_the_template_gets_no_tools_with_the_generic_format(fmt):
     send, receive = trio.open_memory_channel[Any](8)
     tokenizer = _Tokenizer()
     handle = ModelHandle(send, ModelInfo(path="m", context_length=4096, eos_token_ids=(0,),
-                                         vocab_size=0, tool_format=fmt), tokenizer)
+                                         vocab_size=0, family=family_for(fmt)), tokenizer)
     rendered = await handle.render([{"role": "user", "content": "Hi"}], [CHAT_WEATHER])
     if fmt == "generic":
         assert tokenizer.tools == [None]
@@ -276,7 +276,7 @@ def test_required_calls_parse_back_and_validate():
     """tool_choice required, parallel: one or more envelope blocks to declared tools whose
     arguments validate, and nothing else; `<tool_call>` is spelled out in plain tokens."""
     tools = [WEATHER, NESTED, EMPTY]
-    grammar = tool_call_grammar(tools, "required", parallel=True, tool_format="generic")
+    grammar = family_for("generic").tool_call_grammar(tools, "required", parallel=True)
     rng = random.Random("generic")
     for _ in range(8):
         text = sampler().sample(grammar, rng)
@@ -286,7 +286,7 @@ def test_required_calls_parse_back_and_validate():
 
 def test_named_call_is_exactly_one_call_to_it():
     tools = [WEATHER, NESTED, EMPTY]
-    grammar = tool_call_grammar(tools, "get_weather", parallel=False, tool_format="generic")
+    grammar = family_for("generic").tool_call_grammar(tools, "get_weather", parallel=False)
     rng = random.Random("generic named")
     for _ in range(6):
         check_calls(parsed(sampler().sample(grammar, rng)), tools, names={"get_weather"},
@@ -294,7 +294,7 @@ def test_named_call_is_exactly_one_call_to_it():
 
 
 def test_custom_tool_with_a_regex_format():
-    grammar = tool_call_grammar([CUSTOM], "dial", parallel=False, tool_format="generic")
+    grammar = family_for("generic").tool_call_grammar([CUSTOM], "dial", parallel=False)
     [call] = [e for e in parsed(sampler().sample(grammar, random.Random(3)))
               if isinstance(e, ToolCallDone)]
     arguments = json.loads(call.arguments)
@@ -304,11 +304,11 @@ def test_custom_tool_with_a_regex_format():
 
 def test_the_generic_grammar_is_hermes():
     """One envelope, one grammar: forced generic calls are Hermes's blocks."""
-    assert tool_call_grammar([WEATHER], "required", tool_format="generic") == \
-        tool_call_grammar([WEATHER], "required", tool_format="hermes")
+    assert family_for("generic").tool_call_grammar([WEATHER], "required") == \
+        family_for("hermes").tool_call_grammar([WEATHER], "required")
 
 
 def test_none_asked_for_still_cannot_be_forced():
     with pytest.raises(InvalidRequest) as caught:
-        tool_call_grammar([WEATHER], "required", tool_format="none")
+        family_for("none").tool_call_grammar([WEATHER], "required")
     assert caught.value.param == "tool_choice"

@@ -17,7 +17,8 @@ from tests.model.test_parsers import Outcome, chunkings, collect
 from triode.model import harmony
 from triode.model.constraints import (ConstrainedProcessor, harmony_analysis_tokens,
                                       harmony_text_format_grammar, harmony_tool_call_grammar)
-from triode.model.parsers import TextDelta, ReasoningDelta, detect_format, make_parser
+from triode.model.families import detect_format, make_parser
+from triode.model.parsers import TextDelta, ReasoningDelta
 from triode.model.parsers.harmony import _KNOWN
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def test_the_loaded_fixture_stops_at_return_and_call(fixture_dir, tokenizer):
 
     model, _ = load(str(fixture_dir))
     info = describe(str(fixture_dir), model, tokenizer, None)
-    assert info.tool_format == "harmony"
+    assert info.family.name == "harmony"
     assert {tokenizer.vocab["<|return|>"], tokenizer.vocab["<|call|>"]} <= set(info.eos_token_ids)
 
 

@@ -9,8 +9,9 @@ from typing import Any, Iterator
 import attrs
 import pytest
 
+from triode.model.families import detect_format, make_parser
 from triode.model.parsers import (ReasoningDelta, ReasoningDone, TextDelta, ToolCallDelta,
-                                  ToolCallDone, ToolCallStart, detect_format, make_parser)
+                                  ToolCallDone, ToolCallStart)
 from training.tiny.template import CHAT_TEMPLATE
 
 WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

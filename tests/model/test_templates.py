@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from triode.model.parsers import ToolCallDone, make_parser
-from triode.model.templates import (TemplateRoles, fit_call_ids, fit_roles, probe_roles,
-                                    render_fitted)
+from triode.model.families import family_for, make_parser
+from triode.model.parsers import ToolCallDone
+from triode.model.templates import TemplateRoles, fit_roles, probe_roles, render_fitted
 
 from ..fixtures.families import FAMILIES, Family, tokenizer_json
 
@@ -112,7 +112,7 @@ def test_past_reasoning_and_calls_render_as_the_model_writes_them(family):
                  "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
                  "content": "sunny"}]
-    text = renderer(f)(fit_call_ids(messages, f.tool_format))
+    text = renderer(f)(family_for(f.tool_format).fit_messages(messages))
     if "reasoning_content" in f.template:   # the families that reason
         assert "Paris, I think." in text
     parser = make_parser(f.tool_format, reasoning=False, starts_in_reasoning=False, tools=TOOLS)
@@ -129,9 +129,9 @@ def test_kimi_call_ids_are_the_models_own():
             for i in ids]}
     messages = [turn("call_a", "call_b"), {"role": "tool", "tool_call_id": "call_b"},
                 turn("call_c"), {"role": "tool", "tool_call_id": "call_c"}]
-    fitted = fit_call_ids(messages, "kimi_k2")
+    fitted = family_for("kimi_k2").fit_messages(messages)
     assert [c["id"] for m in fitted if m["role"] == "assistant" for c in m["tool_calls"]] == [
         "functions.f:0", "functions.f:1", "functions.f:2"]
     assert [m["tool_call_id"] for m in fitted if m["role"] == "tool"] == [
         "functions.f:1", "functions.f:2"]
-    assert fit_call_ids(messages, "glm47") == messages
+    assert family_for("glm47").fit_messages(messages) == messages

@@ -30,15 +30,12 @@ import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
-from ..model import generic_tools, harmony
 from ..model.engine import (Command, Engine, EngineOptions, Exchange, Insert, Remove,
                             StepOutput)
 from ..model.loading import ModelInfo
-from ..model.parsers import GENERIC
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
 from ..model.speculation import SpeculationStatistics
-from ..model.templates import render_fitted
 from ..model.vision import prompter_of
 from ..responses.items import message_images
 from .mailbox import answer, ask
@@ -130,24 +127,23 @@ class ModelHandle:
                      ) -> Rendered:
         """Renders and tokenizes a chat in a worker thread. `submits=False` says no Submit
         follows (counting tokens only), so the actor does not hold Inserts waiting for it.
-        With the generic tool format, triode writes the tools, calls and outputs into the
-        messages (`generic_tools.present`) and the template gets no tools."""
-        generic = self.info.tool_format == GENERIC
+        The model's family decides what the template is given (`Family.present`: the
+        generic envelope writes the tools into the messages) and how it renders
+        (`Family.render`: roles the template refuses are merged as docs/models.md says)."""
+        family = self.info.family
+        kwargs = template_kwargs or {}
 
-        def apply(fitted: list[dict[str, Any]]) -> str:
+        def apply(fitted: list[dict[str, Any]], shown_tools: Any) -> str:
             text: str = self.tokenizer.apply_chat_template(
-                fitted, tools=None if generic else tools or None, add_generation_prompt=True,
-                tokenize=False, **(template_kwargs or {}))
+                fitted, tools=shown_tools or None, add_generation_prompt=True,
+                tokenize=False, **kwargs)
             return text
 
         def work() -> Rendered:
-            shown = generic_tools.present(messages, tools) if generic else messages
+            shown, shown_tools = family.present(messages, tools)
             try:
-                if self.info.tool_format == "harmony":   # rendered as harmony prescribes
-                    text = harmony.render(messages, tools, **(template_kwargs or {}))
-                else:   # roles the template refuses are merged as docs/models.md says
-                    text = render_fitted(apply, shown, self.info.template_roles,
-                                         self.info.tool_format)
+                text = family.render(apply, shown, shown_tools, self.info.template_roles,
+                                     kwargs)
             except Exception as exc:  # a template error is the request's, not the server's
                 raise InvalidRequest(f"the chat template could not render this input: {exc}",
                                      param="input", code="invalid_prompt") from None

@@ -1,6 +1,7 @@
 """Forced tool calls in each format's own syntax: Lark rules for llguidance.
 
-`forced_calls(format, calls, parallel)` returns the expression of the calls part of a forced
+Each format's function here (named after it; a model family, `model/families`, names the one
+it writes) takes `(calls, parallel)` and returns the expression of the calls part of a forced
 turn, the rules it needs and the markers it names (`constraints.Grammar.markers`: strings
 such as `<tool_call>` that a tokenizer may hold as one special token). `calls` are
 (name, canonical JSON schema of the arguments) pairs; `constraints.tool_call_grammar` checks
@@ -9,7 +10,8 @@ them and wraps the result (reasoning first, the end of the turn after).
 Every grammar writes what the format's parser reads back into exactly the arguments it
 wrote (`tests/model/test_call_grammars.py` parses sampled calls with the parsers):
 
-- JSON formats (hermes, mistral, llama3, kimi_k2, kimi_k3's json block, muse_spark's values,
+- Hermes (`<tool_call>` blocks of `{"name": ..., "arguments": ...}`, joined by a newline)
+  and the other JSON formats (mistral, llama3, kimi_k2, kimi_k3's json block, muse_spark's values,
   pythonic's keyword values) embed llguidance's JSON schema grammar (`json_block`), in the
   layout the templates render (`JSON_LAYOUT`).
 - XML-like formats with raw text values (glm47, laguna, longcat, minimax_m2, minicpm5,
@@ -41,6 +43,8 @@ JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separa
 
 Markers = tuple[tuple[str, str], ...]
 Calls = tuple[tuple[str, str], ...]     # (tool name, canonical JSON schema of its arguments)
+# A format's forced calls: (calls, parallel) -> (expression, rules, markers).
+ForcedCalls = Callable[[Calls, bool], tuple[str, list[str], Markers]]
 
 KEY = "/[A-Za-z_][A-Za-z0-9_]*/"
 MAX_UNROLLED = 16   # list length bounds kept by unrolling the grammar this far
@@ -260,7 +264,20 @@ def _json_arguments(template: Callable[[str, str], str]) -> Callable[..., str]:
     return build
 
 
-def _glm_like(prefix: str) -> Callable[[Calls, bool], tuple[str, list[str], Markers]]:
+def hermes(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+    """Hermes (the bundled model's): only `<tool_call>\\n{"name": ..., "arguments": ...}\\n
+    </tool_call>` blocks, joined by a newline."""
+    lines = ['call: m_call_open "\\n" (' + " | ".join(f"call_{i}" for i in range(len(calls)))
+             + ') "\\n" m_call_close']
+    for i, (name, schema) in enumerate(calls):
+        head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+        lines.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
+        lines.append(f"args_{i}: {json_block(json.loads(schema))}")
+    return ('call ("\\n" call)*' if parallel else "call", lines,
+            (("m_call_open", "<tool_call>"), ("m_call_close", "</tool_call>")))
+
+
+def glm_like(prefix: str) -> ForcedCalls:
     open_, close = f"<{prefix}tool_call>", f"</{prefix}tool_call>"
     markers: Markers = (("m_call_open", open_), ("m_call_close", close),
                         ("m_key_open", f"<{prefix}arg_key>"),
@@ -280,7 +297,7 @@ def _glm_like(prefix: str) -> Callable[[Calls, bool], tuple[str, list[str], Mark
     return forced
 
 
-def _qwen3_coder(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def qwen3_coder(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         params = xml_parameters(
             rules, schema, _qwen3_coder_value,
@@ -292,7 +309,7 @@ def _qwen3_coder(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]
             (("m_call_open", "<tool_call>"), ("m_call_close", "</tool_call>")))
 
 
-def _minimax_m2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def minimax_m2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         params = xml_parameters(
             rules, schema, _typed_value,
@@ -303,7 +320,7 @@ def _minimax_m2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
             (("m_call_open", "<minimax:tool_call>"), ("m_call_close", "</minimax:tool_call>")))
 
 
-def _minicpm5(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def minicpm5(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         params = xml_parameters(
             rules, schema, _typed_value,
@@ -313,7 +330,7 @@ def _minicpm5(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     return _joined(call, parallel, "\n"), lines, ()
 
 
-def _muse_spark(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def muse_spark(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         params = xml_parameters(
             rules, schema, lambda r, s: r.json(s if s is not None else {}),
@@ -327,7 +344,7 @@ def _muse_spark(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
              ("m_call_close", "</atem:function_calls>")))
 
 
-def _kimi_k2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def kimi_k2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f'm_call_begin {lit("functions." + name + ":")} /[0-9]/ '
                            f'm_arguments_begin {args} m_call_end'))
@@ -339,7 +356,7 @@ def _kimi_k2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
              ("m_call_end", "<|tool_call_end|>")))
 
 
-def _kimi_k3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def kimi_k3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f'm_open {lit(f"call tool={json.dumps(name)} index=")} '
                            '/"[0-9]"/ m_sep m_open "json type=\\"object\\"" m_sep '
@@ -348,7 +365,7 @@ def _kimi_k3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
             (("m_open", "<|open|>"), ("m_close", "<|close|>"), ("m_sep", "<|sep|>")))
 
 
-def _mistral(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def mistral(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f"m_calls {lit(name)} m_args {args}"))
     return (_joined(call, parallel), lines,
@@ -358,13 +375,13 @@ def _mistral(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
 LLAMA3_HEAD = '{{"name": {}, "parameters": '
 
 
-def _llama3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def llama3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f'{lit(LLAMA3_HEAD.format(json.dumps(name)))} {args} "}}"'))
     return _joined(call, parallel, "; "), lines, ()
 
 
-def _pythonic(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def pythonic(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         props = properties(schema)
         if props is None:
@@ -460,7 +477,7 @@ def _plain_name(name: str, pattern: str, fmt: str) -> None:
         raise Unsupported(f"{fmt}'s call syntax cannot carry the tool name {name!r}")
 
 
-def _gemma4(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def gemma4(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     def build(name: str, schema: dict[str, Any], rules: Rules) -> str:
         _plain_name(name, r"[\w-]+", "Gemma 4")
         return f'm_call_open {lit("call:" + name)} {_Gemma4(rules).object(schema)} m_call_close'
@@ -477,7 +494,7 @@ def _fg_json_string(schema: dict[str, Any]) -> str:
     return f'"\\"" /[^,}}"\\\\<\\x00-\\x1f]{{{low},{high}}}/ "\\""'
 
 
-def _function_gemma(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
+def function_gemma(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     """Flat arguments only: mlx-lm's parser ends the arguments at the first `}` and a value
     at the next `,`, so an object is refused and a list holds at most one item."""
     def value(rules: Rules, schema: dict[str, Any]) -> str:
@@ -514,28 +531,3 @@ def _function_gemma(calls: Calls, parallel: bool) -> tuple[str, list[str], Marke
     return (_joined(call, parallel), lines,
             (("m_call_open", "<start_function_call>"), ("m_call_close", "<end_function_call>"),
              ("m_escape", "<escape>")))
-
-
-FORCED: dict[str, Callable[[Calls, bool], tuple[str, list[str], Markers]]] = {
-    "qwen3_coder": _qwen3_coder,
-    "mistral": _mistral,
-    "llama3": _llama3,
-    "glm47": _glm_like(""),
-    "laguna": _glm_like(""),
-    "longcat": _glm_like("longcat_"),
-    "minimax_m2": _minimax_m2,
-    "minicpm5": _minicpm5,
-    "muse_spark": _muse_spark,
-    "kimi_k2": _kimi_k2,
-    "kimi_k3": _kimi_k3,
-    "pythonic": _pythonic,
-    "gemma4": _gemma4,
-    "function_gemma": _function_gemma,
-}
-
-
-def forced_calls(tool_format: str, calls: Calls, parallel: bool
-                 ) -> tuple[str, list[str], Markers]:
-    """The calls part of a forced turn in `tool_format` (a key of FORCED)."""
-    return FORCED[tool_format](calls, parallel)
-

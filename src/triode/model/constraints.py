@@ -6,7 +6,8 @@ Two halves, split along the thread boundary:
   forms for gpt-oss, `harmony_text_format_grammar`, `harmony_tool_call_grammar`) run at
   request time on the trio side. They check the request (an unusable schema is a 400 before
   anything is queued) and return a `Grammar`: plain data, independent of any tokenizer,
-  cached.
+  cached. Which of them a request gets, in which syntax, is its model family's choice
+  (`model/families`).
 - `make_processor(grammar, tokenizer)` runs on the engine thread when a sequence is inserted.
   It returns a `ConstrainedProcessor`, an mlx-lm logits processor that owns one llguidance
   matcher: each step it feeds the matcher the token sampled last and sets every token the
@@ -32,12 +33,12 @@ import numpy as np
 
 from ..errors import InvalidRequest
 from . import harmony
-from .call_grammars import FORCED, forced_calls, json_block
+from . import call_grammars
+from .call_grammars import ForcedCalls, json_block
 
 log = logging.getLogger(__name__)
 
-# Hermes tool-call markers and the reasoning block, as the bundled chat template renders them.
-TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+# The reasoning block, as the bundled chat template renders it.
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 # What a custom tool's call carries in the Hermes format: its raw input under "input".
@@ -207,27 +208,16 @@ def tool_name(tool: Mapping[str, Any]) -> str:
     return str(tool.get("function", tool).get("name", ""))
 
 
-FORCED_FORMATS = ("hermes", *FORCED)
-# Formats forced in another's syntax: triode's generic envelope is Hermes's blocks
-# (model/generic_tools.py).
-FORCED_AS = {"generic": "hermes"}
-
-
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required", *,
                       parallel: bool = True, in_reasoning: bool = False,
-                      tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Grammar:
-    """Forced tool calls in `tool_format`'s syntax, then the end of the turn. Hermes (the
-    bundled model's): only `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`
-    blocks, joined by a newline; the others: `call_grammars`.
+                      forced: ForcedCalls = call_grammars.hermes,
+                      think_close: str = THINK_CLOSE) -> Grammar:
+    """Forced tool calls written by `forced` (a model family's syntax, `call_grammars`;
+    Hermes by default), then the end of the turn.
 
     `mode` is "required" (any of `tools`) or the name of the one tool to call. `parallel`
     allows several calls; without it there is exactly one. `tools` are as rendered to the
     model; an error's `param` is `tools[i]...` by position in this list."""
-    tool_format = FORCED_AS.get(tool_format, tool_format)
-    if tool_format not in FORCED_FORMATS:
-        raise InvalidRequest(f"this model's tool-call format ({tool_format}) cannot be forced; "
-                             "start triode with --tool-format to name its format",
-                             param="tool_choice")
     names = [tool_name(t) for t in tools]
     if mode == "required":
         chosen = list(range(len(tools)))
@@ -244,7 +234,7 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
             raise InvalidRequest("every tool needs a non-empty 'name'", param=f"tools[{i}].name")
     calls = tuple((names[i], _canonical(tool_arguments_schema(tools[i]))) for i in chosen)
     try:
-        return _tool_grammar(calls, parallel, in_reasoning, tool_format, think_close)
+        return _tool_grammar(calls, parallel, in_reasoning, forced, think_close)
     except _ToolSchemaError as e:
         i = chosen[e.index]
         param = "format" if tools[i].get("type") == "custom" else "parameters"
@@ -260,50 +250,28 @@ class _ToolSchemaError(ValueError):
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def _tool_grammar(calls: tuple[tuple[str, str], ...], parallel: bool, in_reasoning: bool,
-                  tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Grammar:
+                  forced: ForcedCalls, think_close: str = THINK_CLOSE) -> Grammar:
     for i, (_, schema) in enumerate(calls):
         try:  # checked one by one so an error names its tool
             _json_grammar(schema, False)
         except ValueError as e:
             raise _ToolSchemaError(i, str(e)) from None
-    if tool_format != "hermes":
-        try:   # a schema the format's own syntax cannot express is the request's error
-            return _formatted_grammar(calls, parallel, in_reasoning, tool_format, think_close)
-        except ValueError as e:
-            raise _ToolSchemaError(_failing_call(tool_format, calls), str(e)) from None
-    rules = [
-        f"start: {_THINK_PREFIX if in_reasoning else ''}"
-        + ('call ("\\n" call)*' if parallel else "call"),
-        'call: m_call_open "\\n" (' + " | ".join(f"call_{i}" for i in range(len(calls)))
-        + ') "\\n" m_call_close',
-    ]
-    for i, (name, schema) in enumerate(calls):
-        head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-        rules.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
-        rules.append(f"args_{i}: {json_block(json.loads(schema))}")
-    markers: tuple[tuple[str, str], ...] = (("m_call_open", TOOL_CALL_OPEN),
-                                            ("m_call_close", TOOL_CALL_CLOSE))
-    if in_reasoning:
-        rules.append(_THINK_RULE)
-        markers += _think_markers(think_close)
-    return _checked(Grammar("\n".join(rules) + "\n", markers))
+    try:   # a schema the format's own syntax cannot express is the request's error
+        expression, lines, markers = forced(calls, parallel)
+        lines = [f"start: {_THINK_PREFIX if in_reasoning else ''}{expression}", *lines]
+        if in_reasoning:
+            lines.append(_THINK_RULE)
+            markers += _think_markers(think_close)
+        return _checked(Grammar("\n".join(lines) + "\n", markers))
+    except ValueError as e:
+        raise _ToolSchemaError(_failing_call(forced, calls), str(e)) from None
 
 
-def _formatted_grammar(calls: tuple[tuple[str, str], ...], parallel: bool, in_reasoning: bool,
-                       tool_format: str, think_close: str) -> Grammar:
-    expression, lines, markers = forced_calls(tool_format, calls, parallel)
-    lines = [f"start: {_THINK_PREFIX if in_reasoning else ''}{expression}", *lines]
-    if in_reasoning:
-        lines.append(_THINK_RULE)
-        markers += _think_markers(think_close)
-    return _checked(Grammar("\n".join(lines) + "\n", markers))
-
-
-def _failing_call(tool_format: str, calls: tuple[tuple[str, str], ...]) -> int:
-    """The first of `calls` whose grammar in `tool_format` does not compile on its own."""
+def _failing_call(forced: ForcedCalls, calls: tuple[tuple[str, str], ...]) -> int:
+    """The first of `calls` whose grammar in `forced`'s syntax does not compile on its own."""
     for i, call in enumerate(calls):
         try:
-            expression, lines, markers = forced_calls(tool_format, (call,), False)
+            expression, lines, markers = forced((call,), False)
             _checked(Grammar("\n".join([f"start: {expression}", *lines]) + "\n", markers))
         except ValueError:
             return i

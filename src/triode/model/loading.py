@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 
 from ..errors import SettingsError
-from . import gguf, harmony, precision
-from .parsers import canonical_format, detect_format, format_names
+from . import gguf, precision
+from .families import NONE, Family, detect, family_for, format_names
 from .parsers.reasoning import THINK
 from .request import Sampling
 from .sources import BUNDLED_PATH, resolve
@@ -32,7 +32,8 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     vocab_size: int
     sampling_defaults: Sampling = Sampling()   # for what a request leaves out
-    tool_format: str = "none"          # see model/parsers: hermes, glm47, gemma4, ...
+    family: Family = NONE              # its tool-call format and all that goes with it
+                                       # (model/families: hermes, glm47, harmony, ...)
     reasoning: bool = False            # the model has reasoning markers (`think`)
     think: tuple[str, str] = THINK     # they: mlx-lm's think_start / think_end
     template_roles: TemplateRoles = TemplateRoles()   # the roles its chat template refuses
@@ -58,7 +59,7 @@ def check_options(options: LoadOptions) -> None:
     """Before anything loads: a SettingsError naming the flag that cannot work."""
     if options.tool_format is not None:
         try:
-            canonical_format(options.tool_format)
+            family_for(options.tool_format)
         except ValueError:
             raise SettingsError(f"--tool-format must be one of {', '.join(format_names())} "
                                 f"(got {options.tool_format!r})") from None
@@ -129,16 +130,17 @@ def load_model(model: str, options: LoadOptions = LoadOptions()) -> Loaded:
     return Loaded(mlx_model, tokenizer, weights)
 
 
-def tool_format(tokenizer: Any, options: LoadOptions = LoadOptions()) -> str:
-    """The model's tool-call format: `--tool-format`, else the one mlx-lm chose when it loaded
-    the tokenizer (its config's `tool_parser_type`, else its inference), else what
-    `parsers.detect_format` makes of the template (a replaced template is inferred anew)."""
+def model_family(tokenizer: Any, options: LoadOptions = LoadOptions()) -> Family:
+    """The model's family (its tool-call format): `--tool-format`'s, else that of the format
+    mlx-lm chose when it loaded the tokenizer (its config's `tool_parser_type`, else its
+    inference), else what `families.detect` makes of the template (a replaced template is
+    inferred anew)."""
     if options.tool_format is not None:
-        return canonical_format(options.tool_format)
+        return family_for(options.tool_format)
     kwargs = getattr(tokenizer, "init_kwargs", None) or {}
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    return detect_format(getattr(tokenizer, "chat_template", None), vocab,
-                         configured=kwargs.get("tool_parser_type"))
+    return detect(getattr(tokenizer, "chat_template", None), vocab,
+                  configured=kwargs.get("tool_parser_type"))
 
 
 def template_roles(tokenizer: Any) -> TemplateRoles:
@@ -230,19 +232,17 @@ def describe(model: str, mlx_model: Any, tokenizer: Any, context_length: int | N
     native = getattr(args, "max_position_embeddings", None) or 4096
     vocab = getattr(tokenizer, "vocab", {})
     thinking = bool(getattr(tokenizer, "has_thinking", False))
-    fmt = tool_format(tokenizer, options)
-    stops = set(tokenizer.eos_token_ids)
-    if fmt == "harmony":   # a call and a finished answer both end generation
-        stops |= {vocab[m] for m in harmony.STOP_MARKERS if m in vocab}
+    family = model_family(tokenizer, options)
+    stops = set(tokenizer.eos_token_ids) | {vocab[m] for m in family.stop_markers if m in vocab}
     return ModelInfo(
         path=model,
         context_length=context_length or native,
         eos_token_ids=tuple(sorted(stops)),
         vocab_size=len(tokenizer.vocab) if hasattr(tokenizer, "vocab") else 0,
         sampling_defaults=source_sampling(model),
-        tool_format=fmt,
-        reasoning=thinking or all(t in vocab for t in THINK),
-        think=(tokenizer.think_start, tokenizer.think_end) if thinking else THINK,
+        family=family,
+        reasoning=thinking or all(t in vocab for t in family.think),
+        think=(tokenizer.think_start, tokenizer.think_end) if thinking else family.think,
         template_roles=template_roles(tokenizer),
     )
 

@@ -17,7 +17,7 @@ the same one without it refuses it), and every render then fits its messages to 
 
 Assistant turns are passed as they were produced: their reasoning (`reasoning_content`),
 text and tool calls go to the template unchanged, but for the call ids of formats whose
-model writes its own into the turn (`fit_call_ids`: Kimi K2's `functions.NAME:N`), so the
+model writes its own into the turn (its family's `fit_messages`: Kimi K2's `functions.NAME:N`), so the
 template renders the history as the model wrote it.
 """
 
@@ -112,35 +112,14 @@ def _system_into_first_user(messages: Messages) -> Messages:
     return [{"role": "user", "content": system}, *rest]
 
 
-def fit_call_ids(messages: Messages, tool_format: str) -> Messages:
-    """Kimi K2 writes a call's id itself, `functions.NAME:N` with N counting the calls of the
-    conversation from 0, and its template renders the id it is given: the calls' ids (and
-    the tool outputs' references to them) become those. Other formats' are left alone."""
-    if tool_format != "kimi_k2":
-        return messages
-    ids: dict[str, str] = {}
-    out: Messages = []
-    for message in messages:
-        if message.get("role") == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                name = (call.get("function") or {}).get("name", "")
-                ids[call.get("id", "")] = model_id = f"functions.{name}:{len(ids)}"
-                calls.append({**call, "id": model_id})
-            message = {**message, "tool_calls": calls}
-        elif message.get("role") == "tool" and message.get("tool_call_id") in ids:
-            message = {**message, "tool_call_id": ids[message["tool_call_id"]]}
-        out.append(message)
-    return out
-
-
 def render_fitted(render: Callable[[Messages], Any], messages: Sequence[dict[str, Any]],
-                  roles: TemplateRoles, tool_format: str = "none") -> Any:
-    """Renders `messages` fitted to `roles` (and their call ids to `tool_format`); when the
-    template still raises and the messages hold a role the probe did not catch (a template
-    that refuses only some positions), it renders them once more with developer and late
-    system messages merged, and raises that render's error if it fails too."""
-    messages = fit_call_ids(list(messages), tool_format)
+                  roles: TemplateRoles) -> Any:
+    """Renders `messages` fitted to `roles` (a model family fits them to its own needs
+    first: `families.base.Family.fit_messages`); when the template still raises and the
+    messages hold a role the probe did not catch (a template that refuses only some
+    positions), it renders them once more with developer and late system messages merged,
+    and raises that render's error if it fails too."""
+    messages = list(messages)
     fitted = fit_roles(messages, roles)
     try:
         return render(fitted)

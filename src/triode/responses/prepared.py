@@ -10,7 +10,6 @@ import attrs
 from .objects import CompactionItem, Usage
 from ..errors import ContextLengthExceeded
 from ..model.loading import ModelInfo
-from ..model.parsers import make_parser
 from ..model.request import GenerationRequest, Rendered
 from ..tenants import DEFAULT_SCOPE, scoped
 from . import wire
@@ -60,7 +59,7 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
     thinking = starts_in_reasoning(info, rendered.text)
     generation = GenerationRequest(
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
-        sampling=plan.sampling, grammar=grammar_for(req, plan, in_reasoning=thinking),
+        sampling=plan.sampling, grammar=grammar_for(req, plan, info, in_reasoning=thinking),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
         cache_key=scoped(cache_scope, plan.echo.prompt_cache_key or ""),
         images=rendered.images)
@@ -80,9 +79,8 @@ def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
             declared[name] = matches[0]
 
     def assemble(builder: ResponseBuilder) -> OutputAssembler:
-        parser = make_parser(info.tool_format, reasoning=info.reasoning,
-                             starts_in_reasoning=thinking, tools=plan.template_tools,
-                             think=info.think)
+        parser = info.family.parser(reasoning=info.reasoning, starts_in_reasoning=thinking,
+                                    tools=plan.template_tools, think=info.think)
         return OutputAssembler(builder, parser, resolve=declared.get,
                                allow_calls=plan.choice.mode != "none",
                                parallel=plan.echo.parallel_tool_calls,

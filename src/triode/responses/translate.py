@@ -11,9 +11,8 @@ from typing import Any, Sequence
 import attrs
 
 from ..errors import InvalidRequest, ModelNotFound
-from ..model.constraints import (THINK_CLOSE, Grammar, compile_text_format,
-                                 harmony_analysis_tokens, harmony_text_format_grammar,
-                                 harmony_tool_call_grammar, tool_call_grammar)
+from ..model.constraints import THINK_CLOSE, Grammar
+from ..model.families import HERMES, Family
 from ..model.loading import ModelInfo
 from ..model.request import Sampling
 from . import compaction, wire
@@ -70,8 +69,6 @@ class Plan:
     compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
     background: bool = False
-    tool_format: str = "hermes"            # the model's: forced calls are written in it
-    think_close: str = THINK_CLOSE         # the model's closing reasoning marker
 
 
 def check_model(name: str, accepted: tuple[str, ...]) -> None:
@@ -184,39 +181,36 @@ def compact_threshold(req: wire.CreateResponse) -> int | None:
     return threshold
 
 
-def grammar_for(req: wire.CreateResponse, plan: Plan, *, in_reasoning: bool) -> Grammar | None:
-    """The plan's grammar (in the model's tool-call format) for a prompt that already opened
-    the model's reasoning (or not)."""
-    if plan.grammar is None or not in_reasoning or plan.tool_format == "harmony":
+def grammar_for(req: wire.CreateResponse, plan: Plan, info: ModelInfo, *,
+                in_reasoning: bool) -> Grammar | None:
+    """The plan's grammar, in the model's family's syntax, for a prompt that already opened
+    the model's reasoning (or not): then the reasoning runs to the model's closing marker
+    first."""
+    if plan.grammar is None or not in_reasoning:
         return plan.grammar
     return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
-                    plan.choice, plan.echo.parallel_tool_calls, in_reasoning=True,
-                    tool_format=plan.tool_format, think_close=plan.think_close)
+                    plan.choice, plan.echo.parallel_tool_calls, info.family,
+                    in_reasoning=True, think_close=info.think[1])
 
 
 def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
-             parallel: bool, *, in_reasoning: bool = False, tool_format: str = "hermes",
+             parallel: bool, family: Family, *, in_reasoning: bool = False,
              think_close: str = THINK_CLOSE) -> Grammar | None:
-    """Constrained decoding: forced tool calls for required/named choices, written in the
-    model's tool-call format (`tool_format`; harmony has grammars of its own), else the
-    structured-output format, else none. Compiled at create time (cached), so a bad schema
-    is a 400 before anything starts."""
-    harmony = tool_format == "harmony"
-    analysis = harmony_analysis_tokens(req.max_output_tokens)
+    """Constrained decoding: forced tool calls for required/named choices, else the
+    structured-output format, else none; the model's family writes either in its own syntax.
+    Compiled at create time (cached), so a bad schema is a 400 before anything starts."""
     if choice.mode == "required":
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
-        if harmony:
-            return harmony_tool_call_grammar([t.for_grammar() for t in visible], mode,
-                                             analysis_tokens=analysis)
-        return tool_call_grammar([t.for_grammar() for t in visible], mode, parallel=parallel,
-                                 in_reasoning=in_reasoning, tool_format=tool_format,
-                                 think_close=think_close)
+        return family.tool_call_grammar([t.for_grammar() for t in visible], mode,
+                                        parallel=parallel, in_reasoning=in_reasoning,
+                                        think_close=think_close,
+                                        max_output_tokens=req.max_output_tokens)
     if req.text is not None and req.text.format is not None and req.text.format.type != "text":
         fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
-        if harmony:
-            return harmony_text_format_grammar(fmt, analysis_tokens=analysis)
-        return compile_text_format(fmt, in_reasoning=in_reasoning, think_close=think_close)
+        return family.text_format_grammar(fmt, in_reasoning=in_reasoning,
+                                          think_close=think_close,
+                                          max_output_tokens=req.max_output_tokens)
     return None
 
 
@@ -254,10 +248,10 @@ def optional_echoes(req: wire.CreateResponse) -> dict[str, Any]:
 def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[Item] = (), conversation: str | None = None, *,
          hosted_tools: str = "ignore", items: list[Item] | None = None,
-         tool_format: str = "hermes", think_close: str = THINK_CLOSE) -> Plan:
+         family: Family = HERMES) -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors.
     `items`: its input already made canonical (its item references resolved), if so;
-    `tool_format`, `think_close`: the model's (`ModelInfo`), for forced calls."""
+    `family`: the model's (`ModelInfo.family`), whose syntax forced calls are written in."""
     items = input_items(req) if items is None else items
     replayed = compaction.replay([*history, *items])
     check_calls_answered(replayed, items)
@@ -266,8 +260,7 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    grammar = _grammar(req, visible, choice, parallel, tool_format=tool_format,
-                       think_close=think_close)
+    grammar = _grammar(req, visible, choice, parallel, family)
     messages = chat_messages(req.instructions, replayed)
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
@@ -322,5 +315,4 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, past=list(history), compact_threshold=compact_threshold(req),
                 dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else (),
-                background=bool(req.background), tool_format=tool_format,
-                think_close=think_close)
+                background=bool(req.background))

@@ -15,7 +15,7 @@ import trio
 
 from ..actors.model import ModelHandle
 from ..errors import ContextLengthExceeded
-from ..model.parsers import TextDelta, make_parser
+from ..model.parsers import TextDelta
 from ..model.request import GenerationRequest, Rendered, Sampling
 from ..responses import compaction
 from ..responses.objects import CompactionItem, Item, ReasoningItem, Usage
@@ -86,9 +86,8 @@ async def summarize(model: ModelHandle, instructions: str | None,
         raise ContextLengthExceeded(
             f"the history to summarize is {len(rendered.tokens)} tokens, longer than the "
             f"context window ({info.context_length})", param="input")
-    parser = make_parser(info.tool_format, reasoning=info.reasoning,
-                         starts_in_reasoning=starts_in_reasoning(info, rendered.text),
-                         think=info.think)
+    parser = info.family.parser(reasoning=info.reasoning, think=info.think,
+                                starts_in_reasoning=starts_in_reasoning(info, rendered.text))
     events: list[Any] = []
     generated = 0
     summary_request = GenerationRequest(rendered.tokens, min(max_tokens, room),

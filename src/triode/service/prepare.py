@@ -107,7 +107,7 @@ class Preparer:
         info = self._model.info
         plan = translate.plan(req, info.sampling_defaults, past, conversation,
                               hosted_tools=self._hosted_tools, items=items,
-                              tool_format=info.tool_format, think_close=info.think[1])
+                              family=info.family)
         if trigger:
             plan = attrs.evolve(plan, compact_now=True)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(caller, plan.messages))
