@@ -45,7 +45,8 @@ class FakeHandle:
     response_id: str
     status: str
 
-    async def follow_batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+    async def follow_batches(self, starting_after: int = -1
+                             ) -> AsyncIterator[list[dict[str, Any]]]:
         response = {"id": self.response_id, "status": self.status, "output": []}
         yield [{"type": "response.created", "sequence_number": 0,
                 "response": {**response, "status": "in_progress"}}]
