@@ -9,7 +9,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from triode.actors.budget import Evictions
+from triode.storage.budget import Evictions
 from triode.actors.store import (
     ConversationStore,
     ConversationStoreHandle,

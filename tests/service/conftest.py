@@ -12,10 +12,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from triode.actors.entries import Entries
 from triode.actors.jobs import JobBoardHandle
 from triode.actors.registry import Registry, RegistryHandle
-from triode.actors.store import (MEMORY, Backend, ConversationStore, ConversationStoreHandle,
+from triode.actors.store import (ConversationStore, ConversationStoreHandle,
                                  ReasoningEchoHandle, ReasoningEchoStore, ResponseStore,
                                  ResponseStoreHandle)
 from triode.errors import StoreUnavailable
@@ -27,6 +26,8 @@ from triode.responses.wire import CreateResponse
 from triode.service.jobs import Jobs
 from triode.service.prepare import Preparer
 from triode.service.turns import Turns
+from triode.storage.backend import Backend, Entries
+from triode.storage.memory import MEMORY, MemoryBackend
 
 MODEL = "fake"
 
@@ -112,7 +113,7 @@ class FlakyEntries:
         return operation
 
 
-class FlakyBackend(Backend):
+class FlakyBackend(MemoryBackend):
     def __init__(self) -> None:
         self.down = False
 

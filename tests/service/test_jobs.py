@@ -11,8 +11,10 @@ import trio
 
 from triode.responses.objects import plain
 
-from triode.actors.jobs import JobBoard, RedisBoard
-from triode.actors.sqlite import Database, SqliteBoard
+from triode.actors.jobs import JobBoard
+from triode.storage.redis import RedisBoard
+from triode.storage.sqlite import SqliteBoard
+from triode.storage.sqlite_database import Database
 from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
 from triode.responses import history

@@ -1,7 +1,7 @@
 """The stores: responses, conversations and the reasoning echo, one actor each, each owning
-its `Entries` (actors/entries.py): a BudgetedMap in this process, or the same policy in a
-shared store, Redis (`--store redis://...`) or a SQLite file (`--store sqlite:///PATH`,
-actors/sqlite.py), where any process serves any id.
+its `Entries` (storage/backend.py): a BudgetedMap in this process, or the same policy in a
+shared store, Redis (`--store redis://...`, storage/redis.py) or a SQLite file
+(`--store sqlite:///PATH`, storage/sqlite*.py), where any process serves any id.
 
 Values cross the mailbox as compact JSON bytes, encoded and decoded in the caller's task by
 the handle. That keeps retained memory close to the byte budget (a parsed response with its
@@ -13,7 +13,7 @@ Expired entries are freed by a sweep at the moment the next one expires (the act
 its mailbox with that deadline), so memory comes back even if nobody reads them, and a
 store whose entries never expire never wakes. A shared store runs each message's operation
 (one atomic script call, or one SQLite transaction) in a worker thread (Redis: several at
-once; SQLite: one at a time per process, see actors/sqlite.py), sweeps every second, and
+once; SQLite: one at a time per process, see storage/sqlite_database.py), sweeps every second, and
 answers StoreUnavailable (503, Retry-After) while Redis cannot be reached or the SQLite file
 cannot be written.
 """
@@ -31,38 +31,17 @@ import attrs
 import outcome
 import trio
 
-from ..responses.objects import dumps
 from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
-from ..settings import sqlite_location
+from ..storage.backend import Backend
+from ..storage.budget import BudgetStatistics
+from ..storage.memory import MEMORY
+from ..storage.records import StoredResponse, encode_json
+from ..storage.values import StoreKind
 from ..tenants import DEFAULT_SCOPE, scoped
-from .budget import BudgetStatistics
-from .entries import Entries, MemoryEntries, RedisEntries, StoreKind
-from .sqlite import Database, SqliteEntries
 from .mailbox import ReplyChannel, answer, ask, reply_with
 
 MAILBOX_SIZE = 64
-
-
-def encode_json(obj: Any) -> bytes:
-    """JSON of typed answers (responses/objects.py) or JSON-shaped data, by the one
-    converter."""
-    return dumps(obj).encode()
-
-
-@attrs.frozen
-class StoredResponse:
-    body: bytes
-    events: bytes
-
-    @classmethod
-    def of(cls, response: Any, events: Iterable[Any] = ()) -> "StoredResponse":
-        return cls(encode_json(response), encode_json(list(events)))
-
-    @property
-    def size(self) -> int:
-        """The bytes it counts against the store's budget."""
-        return len(self.body) + len(self.events)
 
 
 # Messages shared by both mailboxes.
@@ -384,84 +363,6 @@ class ConversationStoreHandle(_StoreHandle):
             self._key(conversation_id), encoded, created, reply))
 
 
-class Backend:
-    """Where the stores keep their entries: this process (the default), a shared Redis or a
-    SQLite file."""
-
-    kind: StoreKind = "memory"
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return MemoryEntries(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-    def limiter(self) -> trio.CapacityLimiter:
-        """The worker threads a store's blocking operations run on."""
-        return trio.CapacityLimiter(REDIS_THREADS)
-
-    def close(self) -> None:
-        """Releases what the backend holds (at the end of the actor tree)."""
-
-
-@attrs.frozen
-class RedisBackend(Backend):
-    """Every store under `prefix` on one Redis (redis-py's sync client, used from worker
-    threads; its pool holds a connection per thread in use)."""
-
-    client: Any
-    prefix: str = "triode"
-
-    def ping(self) -> None:
-        """Raises StoreUnavailable unless Redis answers (blocking: call from a thread)."""
-        self.entries("ping", max_entries=0, max_bytes=0, ttl_secs=0).ping()
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return RedisEntries(self.client, f"{self.prefix}:{name}", max_entries=max_entries,
-                            max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-
-@attrs.frozen
-class SqliteBackend(Backend):
-    """Every store under `prefix` in one SQLite database (one connection per process, its
-    calls one at a time on `Database.limiter`)."""
-
-    db: Database
-    prefix: str = "triode"
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return SqliteEntries(self.db, f"{self.prefix}:{name}", max_entries=max_entries,
-                             max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-    def limiter(self) -> trio.CapacityLimiter:
-        return self.db.limiter
-
-    def close(self) -> None:
-        self.db.close()
-
-
-MEMORY = Backend()
-# Redis calls give up after this long (then StoreUnavailable: a 503 with Retry-After).
-REDIS_TIMEOUT_SECS = 2.0
-
-
-def backend_for(store: str, prefix: str) -> Backend:
-    """`memory`; `sqlite:///PATH` (not opened yet: `Database.open`); or a Redis URL
-    (redis://, rediss://, unix://) and the key prefix."""
-    if store == "memory":
-        return MEMORY
-    location = sqlite_location(store)
-    if location is not None:
-        return SqliteBackend(Database(location.path, synchronous=location.synchronous),
-                             prefix)
-    import redis
-
-    client = redis.Redis.from_url(store, socket_timeout=REDIS_TIMEOUT_SECS,
-                                  socket_connect_timeout=REDIS_TIMEOUT_SECS,
-                                  health_check_interval=30, retry_on_timeout=False)
-    return RedisBackend(client, prefix)
-# A Redis store's operations run in worker threads, this many at once per store.
-REDIS_THREADS = 8
 # How often a shared store drops expired entries (Redis frees their values by itself; this
 # keeps the counts and the byte budget current when nothing else touches the store).
 REDIS_SWEEP_SECS = 1.0

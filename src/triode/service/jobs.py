@@ -20,7 +20,8 @@ import trio
 
 from ..actors.jobs import JobBoardHandle
 from ..actors.registry import RegistryHandle
-from ..actors.store import ResponseStoreHandle, StoredResponse
+from ..actors.store import ResponseStoreHandle
+from ..storage.records import StoredResponse
 from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..errors import InvalidRequest, RateLimited, StoreUnavailable
 from ..responses import history

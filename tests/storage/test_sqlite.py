@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from triode.actors.sqlite import (BUSY_BACKOFF_SECS, Database, SqliteBoard, SqliteEntries,
-                                  SqliteOpenError)
-from triode.actors.store import ResponseStore, SqliteBackend
+from triode.actors.store import ResponseStore
+from triode.storage.sqlite import SqliteBackend, SqliteBoard
+from triode.storage.sqlite_database import BUSY_BACKOFF_SECS, Database, SqliteOpenError
+from triode.storage.sqlite_entries import SqliteEntries
 from triode.errors import SettingsError, StoreUnavailable
 from triode.settings import SqliteLocation, sqlite_location
 
@@ -63,7 +64,8 @@ def test_committed_operations_survive_a_killed_process(tmp_path):
     path = tmp_path / "s.db"
     script = (
         "import os, signal, sys\n"
-        "from triode.actors.sqlite import Database, SqliteEntries\n"
+        "from triode.storage.sqlite_database import Database\n"
+        "from triode.storage.sqlite_entries import SqliteEntries\n"
         f"db = Database({str(path)!r}); db.open()\n"
         "e = SqliteEntries(db, 'r', max_entries=10, max_bytes=10000, ttl_secs=0)\n"
         "for i in range(50): e.put(f'k{i}', [b'v%d' % i], None, size=5)\n"
@@ -211,7 +213,7 @@ def test_a_lock_met_while_switching_to_wal_is_retried(tmp_path, monkeypatch):
     """Workers starting together on a new file can meet in the switch to WAL mode, where
     SQLite answers 'database is locked' at once instead of waiting: open retries it within
     the busy timeout (seen as 14% of concurrent opens failing before)."""
-    import triode.actors.sqlite as module
+    import triode.storage.sqlite_database as module
 
     real_connect = sqlite3.connect
     refusals = iter([True, True, False])
