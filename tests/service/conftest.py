@@ -28,6 +28,7 @@ from triode.service.prepare import Preparer
 from triode.service.turns import Turns
 from triode.storage.backend import Backend, Entries
 from triode.storage.memory import MEMORY, MemoryBackend
+from triode.storage.records import StoredResponse
 
 MODEL = "fake"
 
@@ -122,6 +123,12 @@ class FlakyBackend(MemoryBackend):
         inner = super().entries(name, max_entries=max_entries, max_bytes=max_bytes,
                                 ttl_secs=ttl_secs)
         return FlakyEntries(inner, self)
+
+
+def record_json(stored: StoredResponse | None) -> Any:
+    """A stored response's record as its JSON, exactly as kept."""
+    assert stored is not None
+    return json.loads(stored.body)
 
 
 @attrs.frozen

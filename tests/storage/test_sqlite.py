@@ -4,6 +4,7 @@ SqliteOpenError at open, or StoreUnavailable (a 503) at run time, never a hang."
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import trio
 
 from triode.actors.store import ResponseStore
+from triode.storage.records import StoredResponse, encode_json
 from triode.storage.sqlite import SqliteBackend, SqliteBoard
 from triode.storage.sqlite_database import BUSY_BACKOFF_SECS, Database, SqliteOpenError
 from triode.storage.sqlite_entries import SqliteEntries
@@ -179,14 +181,15 @@ async def test_the_store_actor_answers_503_while_the_disk_is_full(tmp_path):
         responses = await nursery.start(ResponseStore(
             max_entries=10, max_bytes=10**9, ttl_secs=60,
             backend=SqliteBackend(db, "t")).run)
-        assert await responses.put("resp_1", {"id": "resp_1"})
+        assert await responses.put("resp_1", StoredResponse(encode_json({"id": "resp_1"})))
         conn = db._conn
         assert conn is not None
         conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
         with pytest.raises(StoreUnavailable) as caught:
-            await responses.put("resp_2", {"id": "resp_2", "text": "z" * 100_000})
+            await responses.put("resp_2", StoredResponse(
+                encode_json({"id": "resp_2", "text": "z" * 100_000})))
         assert caught.value.status == 503 and caught.value.headers() == {"Retry-After": "1"}
-        assert await responses.get("resp_1") == {"id": "resp_1"}
+        assert json.loads((await responses.get("resp_1")).body) == {"id": "resp_1"}
         nursery.cancel_scope.cancel()
 
 

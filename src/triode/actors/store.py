@@ -33,6 +33,7 @@ import trio
 
 from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
+from ..responses.objects import AnyEvent, Item
 from ..storage.backend import Backend
 from ..storage.budget import BudgetStatistics
 from ..storage.memory import MEMORY
@@ -211,10 +212,10 @@ class _StoreHandle:
 @attrs.frozen
 class ResponseStoreHandle(_StoreHandle):
     async def put(
-        self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False,
+        self, response_id: str, stored: StoredResponse, pinned: bool = False,
         ephemeral: bool = False, reserve: int = 0,
     ) -> bool:
-        """Stores a response object and its stream events; returns whether it is retained.
+        """Stores a response's record and its stream events; returns whether it is retained.
 
         A pinned put (an active background job) is refused, returning False, when the
         pinned total would exceed the byte budget; it never evicts stored responses. It
@@ -223,41 +224,30 @@ class ResponseStoreHandle(_StoreHandle):
         response) lives for the ephemeral TTL instead of the store's.
         """
         self.check_enabled()
-        stored = StoredResponse.of(response, events)
         # Items of a continuable response can be named by item_reference later.
-        item_ids = () if ephemeral else tuple(
-            self._key(item["id"]) for item in [*response.get("input", ()),
-                                    *response.get("response", {}).get("output", ())]
-            if isinstance(item.get("id"), str))
+        item_ids = () if ephemeral else tuple(self._key(i) for i in stored.item_ids())
         return await ask(
             self._inbox,
             lambda reply: PutResponse(self._key(response_id), stored, pinned, ephemeral, reserve,
                                       item_ids, reply),
         )
 
-    async def find_item(self, item_id: str) -> dict[str, Any] | None:
+    async def find_item(self, item_id: str) -> Item | None:
         """An input or output item of a stored (continuable) response, by its id; counts as
         a use of that response for LRU."""
         self.check_enabled()
         stored: StoredResponse | None = await ask(self._inbox,
                                                   lambda reply: FindItem(self._key(item_id), reply))
-        if stored is None:
-            return None
-        record = json.loads(stored.body)
-        found: dict[str, Any] | None = next(
-            (item for item in [*record["input"], *record["response"]["output"]]
-             if item.get("id") == item_id), None)
-        return found
+        return None if stored is None else stored.find_item(item_id)
 
-    async def get(self, response_id: str) -> Any | None:
-        """Returns a fresh copy of the stored response, or None; counts as a use for LRU."""
-        stored = await self._get_stored(response_id)
-        return None if stored is None else json.loads(stored.body)
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """Returns the stored response, or None; counts as a use for LRU."""
+        return await self._get_stored(response_id)
 
-    async def get_events(self, response_id: str) -> list[Any] | None:
+    async def get_events(self, response_id: str) -> list[AnyEvent] | None:
         """Returns the stored stream events, or None; counts as a use for LRU."""
         stored = await self._get_stored(response_id)
-        return None if stored is None else json.loads(stored.events)
+        return None if stored is None else stored.events()
 
     async def delete(self, response_id: str) -> bool:
         self.check_enabled()
@@ -474,7 +464,7 @@ class ResponseStore(_BudgetedStore):
             case PutResponse(reply=reply):
                 ttl = self._ephemeral_ttl if msg.ephemeral else None
                 return reply, lambda: entries.put(
-                    msg.response_id, [msg.stored.body, msg.stored.events], now,
+                    msg.response_id, [msg.stored.body, msg.stored.event_log], now,
                     size=max(msg.stored.size, msg.reserve), pinned=msg.pinned, ttl_secs=ttl,
                     index=msg.item_ids)
             case FindItem(item_id, reply):

@@ -54,7 +54,7 @@ class SqliteBoard:
     """The job board's blocking operations (actors/jobs.py) on the database: the `workers`
     leases, the `jobs` owners with their cancel flag, and `job_events`, under one board
     name (the store prefix). There are no notifications: followers and owners poll
-    (service/jobs.py FOLLOW_POLL_SECS, jobs.py CANCEL_POLL_SECS)."""
+    (service/remote.py FOLLOW_POLL_SECS; the board's `cancel_wait_secs`)."""
 
     # How long the board's poll for cancels sleeps between queries (0 for Redis, whose
     # pub/sub read waits by itself).
