@@ -17,9 +17,9 @@ from triode.actors.store import (
     ConversationStoreHandle,
     ResponseStore,
     ResponseStoreHandle,
-    StoreDisabled,
-    encode_json,
 )
+from triode.errors import StoreDisabled
+from triode.storage.records import encode_json
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..actors.store import ConversationRecord, ConversationStoreHandle
+from ..actors.store import ConversationStoreHandle
+from ..storage.records import ConversationRecord
 from ..errors import NotFound
 from ..responses.conversations import (ConversationDeleted, ConversationUpdate,
                                        NewConversation, NewItems, Paging, check_include,

@@ -94,6 +94,20 @@ class StoredResponse:
         return [*record.get("input", ()), *record.get("response", {}).get("output", ())]
 
 
+@attrs.frozen
+class ConversationRecord:
+    """A conversation as read: its object and its items (fresh copies). It is kept as a
+    list of compact JSON values: its object first
+    (`responses.conversations.conversation_object`), then its items."""
+
+    conversation: dict[str, Any]
+    items: list[dict[str, Any]]
+
+    @classmethod
+    def decode(cls, values: Sequence[bytes]) -> "ConversationRecord":
+        return cls(json.loads(values[0]), [json.loads(value) for value in values[1:]])
+
+
 def _record(response: ResponseObject, items: Sequence[Item], ephemeral: bool
             ) -> dict[str, Any]:
     """The JSON a stored response's record is kept as (the format of every existing store)."""
