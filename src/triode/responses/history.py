@@ -7,14 +7,13 @@ inherited: they live on the response object, not in its items).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import attrs
 
 from ..errors import InvalidRequest
 from .lifecycle import TERMINAL_STATUSES, Status
-from .objects import (AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject, items_of,
-                      plain)
+from .objects import AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject
 
 
 class StoredTurn(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, AsyncIterator, Callable, Protocol, Sequence
+from typing import AsyncIterator, Callable, Protocol, Sequence
 
 import attrs
 import trio
@@ -26,7 +26,7 @@ from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..errors import InvalidRequest, RateLimited, StoreUnavailable
 from ..responses import history
 from ..responses.builder import ResponseBuilder
-from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
+from ..responses.lifecycle import TERMINAL_STATUSES, Status
 from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
                                 event_sequence, usage)
 from ..responses.translate import Plan
