@@ -18,6 +18,7 @@ import time
 import trio
 
 from triode.actors.store import ResponseStore
+from triode.storage.records import StoredResponse, encode_json
 
 RESPONSES = 20_000
 BYTE_BUDGET = 64 * 1024 * 1024
@@ -95,7 +96,9 @@ async def main() -> None:
         started = time.perf_counter()
         for n in range(RESPONSES):
             response, events = make_response(n, rng)
-            await responses.put(response["id"], response, events)
+            record = {"response": response, "input": []}
+            await responses.put(response["id"],
+                                StoredResponse(encode_json(record), encode_json(events)))
         elapsed = time.perf_counter() - started
         del response, events
         gc.collect()

@@ -31,15 +31,12 @@ from pathlib import Path
 import attrs
 import trio
 
-from .actors import limits as tenant_limits
-from .actors.jobs import Board, JobBoard, JobBoardHandle, RedisBoard
+from .actors.jobs import JobBoard, JobBoardHandle
 from .actors.limits import TenantLimits, TenantLimitsHandle
 from .actors.model import ModelActor, ModelHandle
 from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
-from .actors.sqlite import SqliteBoard, SqliteOpenError
-from .actors.store import (Backend, ConversationStore, ConversationStoreHandle, RedisBackend,
-                           ReasoningEchoHandle, SqliteBackend, backend_for,
+from .actors.store import (ConversationStore, ConversationStoreHandle, ReasoningEchoHandle,
                            ReasoningEchoStore, ResponseStore, ResponseStoreHandle)
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
@@ -50,6 +47,8 @@ from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
 from .service.stores import Stores
 from .service.turns import Turns
+from .storage.backend import Backend, open_backend
+from .storage.values import StoreOpenError
 from .settings import BUNDLED_MODEL, Settings
 from .tenants import Tenants, single
 
@@ -109,24 +108,18 @@ def background_off(settings: Settings) -> str | None:
 
 
 async def open_store(settings: Settings) -> Backend:
-    """The stores' backend. A SQLite database is opened (created if needed): one that cannot
-    be is a SettingsError naming --store. A Redis one is pinged (unreachable: a warning, not
-    a failure: the store routes answer 503 until it comes back)."""
-    backend = backend_for(settings.store, settings.store_prefix)
-    if isinstance(backend, SqliteBackend):
-        try:
-            await trio.to_thread.run_sync(backend.db.open)
-        except SqliteOpenError as exc:
-            raise SettingsError(f"--store {settings.store}: {exc}") from None
-        log.info("store: %s (%s, synchronous=%s, prefix %r)", settings.store,
-                 backend.db.path, backend.db.synchronous, settings.store_prefix)
-    if isinstance(backend, RedisBackend):
-        try:
-            await trio.to_thread.run_sync(backend.ping)
-            log.info("store: %s (prefix %r)", settings.store, settings.store_prefix)
-        except StoreUnavailable as exc:
-            log.warning("store: %s (prefix %r): %s", settings.store, settings.store_prefix,
-                        exc.message)
+    """The stores' backend, opened. A SQLite database is created if needed: one that cannot
+    be opened is a SettingsError naming --store. A Redis one is pinged (unreachable: a
+    warning, not a failure: the store routes answer 503 until it comes back)."""
+    backend = open_backend(settings.store, settings.store_prefix)
+    try:
+        await trio.to_thread.run_sync(backend.open)
+    except StoreOpenError as exc:
+        raise SettingsError(f"--store {settings.store}: {exc}") from None
+    except StoreUnavailable as exc:
+        log.warning("store: %s (%s): %s", settings.store, backend.describe(), exc.message)
+        return backend
+    log.info("store: %s (%s)", settings.store, backend.describe())
     return backend
 
 
@@ -283,25 +276,6 @@ async def _start_tree(settings: Settings, tenants: Tenants, *,
         backend.close()
 
 
-def limits_backend(backend: Backend) -> tenant_limits.Backend:
-    """Where the tenants' limits count: the shared store, so every worker on it counts
-    against the same figures, or this process."""
-    if isinstance(backend, RedisBackend):
-        return tenant_limits.RedisBackend(backend.client, backend.prefix)
-    if isinstance(backend, SqliteBackend):
-        return tenant_limits.SqliteBackend(backend.db, backend.prefix)
-    return tenant_limits.MemoryBackend()
-
-
-def job_board(backend: Backend) -> Board | None:
-    """The job board of a shared store (background jobs seen by every process), if any."""
-    if isinstance(backend, RedisBackend):
-        return RedisBoard(backend.client, backend.prefix)
-    if isinstance(backend, SqliteBackend):
-        return SqliteBoard(backend.db, backend.prefix)
-    return None
-
-
 async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: Tenants,
                            backend: Backend,
                            blas: str, task_status: trio.TaskStatus[Handles]) -> None:
@@ -334,10 +308,10 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
              ", ".join(refused) or "no role")
     names = model_names(settings, info.path)
     board: JobBoardHandle | None = None
-    shared = job_board(backend)
+    shared = backend.board()
     if shared is not None:
         board = await nursery.start(JobBoard(shared, registry).run)
-    limits: TenantLimitsHandle = await nursery.start(TenantLimits(limits_backend(backend)).run)
+    limits: TenantLimitsHandle = await nursery.start(TenantLimits(backend.counters()).run)
     stores = Stores(responses, conversations, echo)
     turns = Turns(model=model, registry=registry, stores=stores, limits=limits,
                   model_names=names,

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Any
+from typing import Any, Iterable
 
 import pytest
 import trio
 from trio.testing import MockClock
 
-from triode.actors.budget import Evictions
+from triode.storage.budget import Evictions
+from triode.storage.records import StoredResponse
 from triode.actors.store import (
     ConversationStore,
     ConversationStoreHandle,
     ResponseStore,
     ResponseStoreHandle,
-    StoreDisabled,
-    encode_json,
 )
+from triode.errors import StoreDisabled
+from triode.storage.records import encode_json
 
 
 @pytest.fixture
@@ -28,6 +30,16 @@ def clock() -> MockClock:
 def stored_size(response: Any, events: tuple[Any, ...] = ()) -> int:
     """What the response store retains for a put: the compact JSON of both parts."""
     return len(encode_json(response)) + len(encode_json(list(events)))
+
+
+def stored(record: Any, events: Iterable[Any] = ()) -> StoredResponse:
+    """A put's value: any JSON as a stored response's record (the store never reads it)."""
+    return StoredResponse(encode_json(record), encode_json(list(events)))
+
+
+def record_of(found: StoredResponse | None) -> Any:
+    """The record's JSON, as it was put."""
+    return None if found is None else json.loads(found.body)
 
 
 def sized_response(n: int) -> dict[str, str]:
@@ -59,11 +71,11 @@ async def test_response_round_trips_with_its_events(nursery):
     responses = await start_responses(nursery)
     response = {"id": "resp_1", "output": [{"type": "message", "content": "héllo"}]}
     events = [{"type": "response.created", "sequence_number": 0}]
-    assert await responses.put("resp_1", response, events)
-    fetched = await responses.get("resp_1")
+    assert await responses.put("resp_1", stored(response, events))
+    fetched = record_of(await responses.get("resp_1"))
     assert fetched == response
     fetched["output"].clear()
-    assert await responses.get("resp_1") == response
+    assert record_of(await responses.get("resp_1")) == response
     assert await responses.get_events("resp_1") == events
     assert await responses.get("resp_missing") is None
     assert await responses.get_events("resp_missing") is None
@@ -74,9 +86,9 @@ async def test_response_expires_at_exactly_the_ttl(nursery, clock):
     """A response is readable one tick before its TTL and gone at exactly the TTL."""
     responses = await start_responses(nursery, ttl_secs=10)
     inserted_at = trio.current_time()
-    await responses.put("resp_1", {"id": "resp_1"})
+    await responses.put("resp_1", stored({"id": "resp_1"}))
     await trio.sleep_until(inserted_at + 10 - 1e-6)
-    assert await responses.get("resp_1") == {"id": "resp_1"}
+    assert record_of(await responses.get("resp_1")) == {"id": "resp_1"}
     await trio.sleep_until(inserted_at + 10)
     assert await responses.get("resp_1") is None
     assert await responses.get_events("resp_1") is None
@@ -101,7 +113,7 @@ async def test_expired_entries_are_swept_without_reads(nursery, clock):
     """The periodic sweep returns expired entries' memory even if nobody reads them."""
     responses = await start_responses(nursery, ttl_secs=10)
     conversations = await start_conversations(nursery, ttl_secs=10)
-    await responses.put("resp_1", {"id": "resp_1"})
+    await responses.put("resp_1", stored({"id": "resp_1"}))
     await conversations.append("conv_1", ["hi"])
     await trio.sleep(20)
     for store in (responses, conversations):
@@ -114,13 +126,13 @@ async def test_expired_entries_are_swept_without_reads(nursery, clock):
 async def test_lru_eviction_spares_recently_read_responses(nursery):
     """With the entry limit reached, the least recently used response goes, reads count as use."""
     responses = await start_responses(nursery, max_entries=2)
-    await responses.put("resp_a", {"id": "a"})
-    await responses.put("resp_b", {"id": "b"})
+    await responses.put("resp_a", stored({"id": "a"}))
+    await responses.put("resp_b", stored({"id": "b"}))
     await responses.get("resp_a")
-    await responses.put("resp_c", {"id": "c"})
+    await responses.put("resp_c", stored({"id": "c"}))
     assert await responses.get("resp_b") is None
-    assert await responses.get("resp_a") == {"id": "a"}
-    assert await responses.get("resp_c") == {"id": "c"}
+    assert record_of(await responses.get("resp_a")) == {"id": "a"}
+    assert record_of(await responses.get("resp_c")) == {"id": "c"}
     assert (await responses.statistics()).evictions == Evictions(lru=1)
 
 
@@ -128,11 +140,11 @@ async def test_lru_eviction_spares_recently_read_responses(nursery):
 async def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over(nursery):
     """Responses totalling exactly max_bytes stay; one byte more evicts the least recent."""
     responses = await start_responses(nursery, max_bytes=100)
-    await responses.put("resp_a", sized_response(40))
-    await responses.put("resp_b", sized_response(60))
+    await responses.put("resp_a", stored(sized_response(40)))
+    await responses.put("resp_b", stored(sized_response(60)))
     stats = await responses.statistics()
     assert (stats.entries, stats.bytes) == (2, 100)
-    await responses.put("resp_b", sized_response(61))
+    await responses.put("resp_b", stored(sized_response(61)))
     assert await responses.get("resp_a") is None
     stats = await responses.statistics()
     assert (stats.entries, stats.bytes) == (1, 61)
@@ -143,8 +155,8 @@ async def test_byte_budget_fits_exactly_and_evicts_lru_one_byte_over(nursery):
 async def test_replacing_a_response_replaces_its_bytes(nursery):
     """Putting the same id again counts only the new value's bytes."""
     responses = await start_responses(nursery)
-    await responses.put("resp_1", sized_response(500), [{"type": "e"}] * 10)
-    await responses.put("resp_1", sized_response(50))
+    await responses.put("resp_1", stored(sized_response(500), [{"type": "e"}] * 10))
+    await responses.put("resp_1", stored(sized_response(50)))
     stats = await responses.statistics()
     assert (stats.entries, stats.bytes) == (1, 50)
     assert await responses.get_events("resp_1") == []
@@ -328,7 +340,7 @@ async def test_delete_removes_and_reports_whether_anything_was_there(nursery):
     """delete returns True once for a stored entry and False afterwards."""
     responses = await start_responses(nursery)
     conversations = await start_conversations(nursery)
-    await responses.put("resp_1", {"id": "resp_1"})
+    await responses.put("resp_1", stored({"id": "resp_1"}))
     await conversations.append("conv_1", ["hi"])
     for store, key in ((responses, "resp_1"), (conversations, "conv_1")):
         assert await store.delete(key)
@@ -343,7 +355,7 @@ async def test_zero_entries_disables_the_store(nursery):
     responses = await start_responses(nursery, max_entries=0)
     conversations = await start_conversations(nursery, max_entries=0)
     calls = [
-        responses.put("resp_1", {}),
+        responses.put("resp_1", stored({})),
         responses.get("resp_1"),
         responses.get_events("resp_1"),
         responses.delete("resp_1"),
@@ -365,7 +377,7 @@ async def test_zero_bytes_accepts_and_evicts_at_once(nursery):
     """max_bytes 0 keeps the routes alive: puts and appends succeed but nothing is kept."""
     responses = await start_responses(nursery, max_bytes=0)
     conversations = await start_conversations(nursery, max_bytes=0)
-    assert await responses.put("resp_1", {"id": "resp_1"}) is False
+    assert await responses.put("resp_1", stored({"id": "resp_1"})) is False
     assert await responses.get("resp_1") is None
     assert await conversations.append("conv_1", ["hi"]) is False
     assert await conversations.get("conv_1") is None
@@ -378,17 +390,17 @@ async def test_zero_bytes_accepts_and_evicts_at_once(nursery):
 async def test_zero_ttl_never_expires(nursery, clock):
     """ttl_secs 0 keeps entries indefinitely."""
     responses = await start_responses(nursery, ttl_secs=0)
-    await responses.put("resp_1", {"id": "resp_1"})
+    await responses.put("resp_1", stored({"id": "resp_1"}))
     await trio.sleep(100 * 365 * 24 * 3600)
-    assert await responses.get("resp_1") == {"id": "resp_1"}
+    assert record_of(await responses.get("resp_1")) == {"id": "resp_1"}
 
 
 @pytest.mark.trio
 async def test_oversize_response_is_not_kept(nursery):
     """A response larger than the whole byte budget is refused without evicting others."""
     responses = await start_responses(nursery, max_bytes=100)
-    await responses.put("resp_small", sized_response(50))
-    assert await responses.put("resp_big", sized_response(101)) is False
+    await responses.put("resp_small", stored(sized_response(50)))
+    assert await responses.put("resp_big", stored(sized_response(101))) is False
     assert await responses.get("resp_big") is None
     assert await responses.get("resp_small") is not None
     assert (await responses.statistics()).evictions == Evictions(oversize=1)
@@ -398,11 +410,11 @@ async def test_oversize_response_is_not_kept(nursery):
 async def test_pinned_response_survives_ttl_and_lru_until_unpinned(nursery, clock):
     """A pinned response outlives its TTL and newer entries; unpinning restarts its TTL."""
     responses = await start_responses(nursery, max_entries=2, ttl_secs=10)
-    assert await responses.put("resp_job", {"status": "in_progress"}, pinned=True)
+    assert await responses.put("resp_job", stored({"status": "in_progress"}), pinned=True)
     for n in range(5):
-        await responses.put(f"resp_{n}", {"n": n})
+        await responses.put(f"resp_{n}", stored({"n": n}))
     await trio.sleep(100)
-    assert await responses.get("resp_job") == {"status": "in_progress"}
+    assert record_of(await responses.get("resp_job")) == {"status": "in_progress"}
     stats = await responses.statistics()
     assert (stats.entries, stats.pinned_entries) == (1, 1)
     unpinned_at = trio.current_time()
@@ -419,10 +431,10 @@ async def test_ephemeral_response_lives_exactly_the_ephemeral_ttl(nursery, clock
     when stored responses never expire, and the sweep frees it unread."""
     responses = await start_responses(nursery, ttl_secs=0, ephemeral_ttl_secs=30)
     put_at = trio.current_time()
-    assert await responses.put("resp_eph", {"status": "completed"}, ephemeral=True)
-    await responses.put("resp_kept", {"status": "completed"})
+    assert await responses.put("resp_eph", stored({"status": "completed"}), ephemeral=True)
+    await responses.put("resp_kept", stored({"status": "completed"}))
     await trio.sleep_until(put_at + 30 - 1e-6)
-    assert await responses.get("resp_eph") == {"status": "completed"}
+    assert record_of(await responses.get("resp_eph")) == {"status": "completed"}
     await trio.sleep(60)  # past the TTL, and long enough for a sweep
     stats = await responses.statistics()
     assert (stats.entries, stats.evictions) == (1, Evictions(ttl=1))
@@ -434,9 +446,9 @@ async def test_ephemeral_response_lives_exactly_the_ephemeral_ttl(nursery, clock
 async def test_pinned_put_over_budget_is_refused_and_evicts_nothing(nursery):
     """A pinned put past the byte budget is refused and leaves stored responses alone."""
     responses = await start_responses(nursery, max_bytes=100)
-    await responses.put("resp_stored", sized_response(90))
-    assert await responses.put("resp_job1", sized_response(60), pinned=True)
-    assert await responses.put("resp_job2", sized_response(41), pinned=True) is False
+    await responses.put("resp_stored", stored(sized_response(90)))
+    assert await responses.put("resp_job1", stored(sized_response(60)), pinned=True)
+    assert await responses.put("resp_job2", stored(sized_response(41)), pinned=True) is False
     assert await responses.get("resp_stored") is not None
     assert await responses.pin("resp_stored") is False
 
@@ -446,13 +458,13 @@ async def test_pinned_put_counts_its_reserve(nursery):
     """A pinned put counts as the larger of its size and its reserve: at exactly the budget
     it is accepted, one byte over it is refused; a reserve below the size changes nothing."""
     responses = await start_responses(nursery, max_bytes=100)
-    assert await responses.put("resp_job1", sized_response(10), pinned=True, reserve=60)
+    assert await responses.put("resp_job1", stored(sized_response(10)), pinned=True, reserve=60)
     assert (await responses.statistics()).pinned_bytes == 60
-    assert await responses.put("resp_job2", sized_response(10), pinned=True, reserve=41) is False
-    assert await responses.put("resp_job2", sized_response(10), pinned=True, reserve=40)
+    assert await responses.put("resp_job2", stored(sized_response(10)), pinned=True, reserve=41) is False
+    assert await responses.put("resp_job2", stored(sized_response(10)), pinned=True, reserve=40)
     assert (await responses.statistics()).pinned_bytes == 100
     assert await responses.delete("resp_job2")
-    assert await responses.put("resp_job3", sized_response(30), pinned=True, reserve=1)
+    assert await responses.put("resp_job3", stored(sized_response(30)), pinned=True, reserve=1)
     assert (await responses.statistics()).pinned_bytes == 90
 
 

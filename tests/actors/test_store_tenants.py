@@ -4,15 +4,21 @@ scope's keys are the ids themselves."""
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 import trio
 
 from triode.actors.store import (ConversationStore, ReasoningEchoStore, ResponseStore,
                                  ResponseStoreHandle)
+from triode.storage.records import StoredResponse, encode_json
 
-RECORD = {"response": {"id": "resp_1", "output": [{"id": "msg_out", "type": "message"}]},
-          "input": [{"id": "msg_in", "type": "message"}]}
+RECORD = StoredResponse(encode_json({
+    "response": {"id": "resp_1", "output": [{"id": "msg_out", "type": "message",
+                                             "role": "assistant", "content": []}]},
+    "input": [{"id": "msg_in", "type": "message", "role": "user", "content": []}]}),
+    encode_json([{"sequence_number": 0}]))
 
 
 @pytest.mark.trio
@@ -20,11 +26,11 @@ async def test_a_response_and_its_items_are_their_tenants_only(nursery):
     store: ResponseStoreHandle = await nursery.start(ResponseStore(
         max_entries=8, max_bytes=100_000, ttl_secs=60).run)
     alice, bob = attrs.evolve(store, scope="alice"), attrs.evolve(store, scope="bob")
-    assert await alice.put("resp_1", RECORD, [{"sequence_number": 0}])
-    assert (await alice.get("resp_1"))["response"]["id"] == "resp_1"
+    assert await alice.put("resp_1", RECORD)
+    assert json.loads((await alice.get("resp_1")).body)["response"]["id"] == "resp_1"
     assert await bob.get("resp_1") is None and await store.get("resp_1") is None
     assert await bob.get_events("resp_1") is None
-    assert (await alice.find_item("msg_out"))["id"] == "msg_out"
+    assert (await alice.find_item("msg_out")).id == "msg_out"
     assert await bob.find_item("msg_out") is None and await bob.find_item("msg_in") is None
     assert not await bob.delete("resp_1") and not await bob.pin("resp_1")
     assert await alice.get("resp_1") is not None          # bob's delete touched nothing

@@ -12,10 +12,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from triode.actors.entries import Entries
 from triode.actors.jobs import JobBoardHandle
 from triode.actors.registry import Registry, RegistryHandle
-from triode.actors.store import (MEMORY, Backend, ConversationStore, ConversationStoreHandle,
+from triode.actors.store import (ConversationStore, ConversationStoreHandle,
                                  ReasoningEchoHandle, ReasoningEchoStore, ResponseStore,
                                  ResponseStoreHandle)
 from triode.errors import StoreUnavailable
@@ -30,6 +29,9 @@ from triode.service.media import Media
 from triode.service.prepare import Preparer
 from triode.service.stores import Stores
 from triode.service.turns import Turns
+from triode.storage.backend import Backend, Entries
+from triode.storage.memory import MEMORY, MemoryBackend
+from triode.storage.records import StoredResponse
 from triode.tenants import DEFAULT_CALLER as CALLER  # noqa: F401  (the tests import it)
 
 MODEL = "fake"
@@ -116,7 +118,7 @@ class FlakyEntries:
         return operation
 
 
-class FlakyBackend(Backend):
+class FlakyBackend(MemoryBackend):
     def __init__(self) -> None:
         self.down = False
 
@@ -125,6 +127,12 @@ class FlakyBackend(Backend):
         inner = super().entries(name, max_entries=max_entries, max_bytes=max_bytes,
                                 ttl_secs=ttl_secs)
         return FlakyEntries(inner, self)
+
+
+def record_json(stored: StoredResponse | None) -> Any:
+    """A stored response's record as its JSON, exactly as kept."""
+    assert stored is not None
+    return json.loads(stored.body)
 
 
 @attrs.frozen

@@ -11,17 +11,19 @@ import trio
 
 from triode.responses.objects import plain
 
-from triode.actors.jobs import JobBoard, RedisBoard
-from triode.actors.sqlite import Database, SqliteBoard
+from triode.actors.jobs import JobBoard
+from triode.storage.redis import RedisBoard
+from triode.storage.sqlite import SqliteBoard
+from triode.storage.records import StoredResponse
+from triode.storage.sqlite_database import Database
 from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
-from triode.responses import history
 from triode.responses.builder import ResponseBuilder
 from triode.responses.lifecycle import Status
 from triode.service.jobs import ORPHANED, RESTARTED
 
 from ..conftest import REDIS_URL
-from .conftest import CALLER, FakeModel, request, start_service, statuses, until
+from .conftest import CALLER, FakeModel, record_json, request, start_service, statuses, until
 
 
 async def held_job(nursery, **fields):
@@ -53,7 +55,8 @@ async def test_deleting_a_running_background_job_is_refused(nursery, clock):
         await service.turns.delete(CALLER, job.response_id)
     assert refused.value.status == 400
     assert refused.value.message.endswith("(status: in_progress); cancel it before deleting it")
-    assert (await service.turns.stored(CALLER, job.response_id))["response"]["status"] == "queued"
+    stored = record_json(await service.turns.stored(CALLER, job.response_id))
+    assert stored["response"]["status"] == "queued"
 
 
 async def test_cancel_answers_with_the_stored_cancelled_job(nursery, clock):
@@ -62,7 +65,7 @@ async def test_cancel_answers_with_the_stored_cancelled_job(nursery, clock):
     service, job = await held_job(nursery)
     answer = plain(await service.turns.cancel(CALLER, job.response_id))
     assert answer["status"] == "cancelled"
-    assert answer == (await service.turns.stored(CALLER, job.response_id))["response"]
+    assert answer == record_json(await service.turns.stored(CALLER, job.response_id))["response"]
     assert await service.turns.live(CALLER, job.response_id) is None
 
 
@@ -111,17 +114,18 @@ async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board
         builder = ResponseBuilder("resp_orphan", plan.echo, background=True)
         builder.created()
         builder.enter(Status.IN_PROGRESS)
-        await service.responses.put("resp_orphan", history.record(builder.obj, []),
+        await service.responses.put("resp_orphan", StoredResponse.of(builder.obj, []),
                                     pinned=True)
         for event in builder.events:
             await board.add_event("resp_orphan", event)
         await board_nursery.start(service.turns.reap)   # past its start: leases decide
         await board.claim("resp_orphan", owner="a-process-that-stopped")
         with trio.fail_after(10):   # the reaper stores the record, then mirrors the event
-            while (await service.responses.get("resp_orphan"))["response"]["status"] \
+            while record_json(await service.responses.get("resp_orphan"))["response"][
+                    "status"] \
                     != "failed" or len(await board.events("resp_orphan")) < 3:
                 await trio.sleep(0.05)
-        record = await service.turns.stored(CALLER, "resp_orphan")
+        record = record_json(await service.turns.stored(CALLER, "resp_orphan"))
         assert record["response"]["output"] == []
         assert record["response"]["error"] == {"code": "server_error",
                                                "message": ORPHANED}
@@ -151,12 +155,12 @@ async def test_jobs_a_restart_interrupted_are_failed_before_reap_starts(nursery,
         plan, _ = await service.preparer().prepare(CALLER, request(background=True))
         builder = ResponseBuilder("resp_cut", plan.echo, background=True)
         builder.created()
-        await service.responses.put("resp_cut", history.record(builder.obj, []), pinned=True)
+        await service.responses.put("resp_cut", StoredResponse.of(builder.obj, []), pinned=True)
         await trio.to_thread.run_sync(shared_board.heartbeat, "old-process",
                                       process_token(dead.pid), 60.0)   # its lease runs on
         await board.claim("resp_cut", owner="old-process")
         await board_nursery.start(service.turns.reap)
-        record = await service.turns.stored(CALLER, "resp_cut")
+        record = record_json(await service.turns.stored(CALLER, "resp_cut"))
         assert record["response"]["status"] == "failed"
         assert record["response"]["error"] == {"code": "server_error", "message": RESTARTED}
         board_nursery.cancel_scope.cancel()

@@ -17,7 +17,7 @@ from triode.responses.objects import usage
 from triode.responses.lifecycle import Status
 from triode.service.keeping import KEEP_RETRY_INTERVAL, KEEP_RETRY_SECS
 
-from .conftest import CALLER, FakeModel, FlakyBackend, request, start_service, statuses
+from .conftest import CALLER, FakeModel, FlakyBackend, record_json, request, start_service, statuses
 
 
 async def finished_turn(service):
@@ -50,7 +50,7 @@ async def test_keep_retries_until_the_store_comes_back(nursery, clock, caplog):
     backend.down = False
     await kept.wait()
     assert trio.current_time() - began == pytest.approx(3 * KEEP_RETRY_INTERVAL)
-    assert (await service.turns.stored(CALLER, "resp_kept"))["response"] == plain(obj)
+    assert record_json(await service.turns.stored(CALLER, "resp_kept"))["response"] == plain(obj)
     retries = [r for r in caplog.records if "store unavailable, retrying" in r.getMessage()]
     assert len(retries) == 3
 
@@ -83,7 +83,7 @@ async def test_a_job_too_large_for_the_budget_is_stored_failed_without_output(nu
     started = await service.turns.create(CALLER, request(background=True))
     final = plain(await started.handle.wait())
     assert final["status"] == "completed"   # what the supervisor ended with
-    record = await service.turns.stored(CALLER, final["id"])
+    record = record_json(await service.turns.stored(CALLER, final["id"]))
     kept = record["response"]
     assert kept["status"] == "failed"
     assert kept["output"] == []
@@ -100,7 +100,7 @@ async def test_a_store_false_job_is_readable_for_the_ephemeral_ttl_only(nursery,
     final = plain(await started.handle.wait())
     ended = trio.current_time()
     await trio.sleep_until(ended + 9)
-    kept = (await service.turns.stored(CALLER, final["id"]))["response"]
+    kept = record_json(await service.turns.stored(CALLER, final["id"]))["response"]
     assert kept["status"] == "completed" and kept["output"] == final["output"]
     await trio.sleep_until(ended + 10)
     with pytest.raises(NotFound):

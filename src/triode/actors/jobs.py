@@ -1,18 +1,18 @@
 """The job board: background jobs shared between the processes of one shared store, on Redis
-(`--store redis://`, `RedisBoard`) or in the SQLite file (`--store sqlite:///`, `SqliteBoard`
-in actors/sqlite.py).
+(`--store redis://`, `RedisBoard` in storage/redis.py) or in the SQLite file
+(`--store sqlite:///`, `SqliteBoard` in storage/sqlite.py).
 
 A background job runs on the process that accepted it. The board makes it visible to every
 other process on the same store:
 
 * **ownership and lease**: each job names its owning process (Redis `{P}:job:<id>`, SQLite
   table `jobs`); each process keeps its lease alive (Redis `{P}:worker:<its id>`, SQLite
-  table `workers`; a heartbeat every LEASE_SECS / 3, running out after LEASE_SECS). The
-  lease holds a token naming the process (`process_token`), so a process on the same machine
-  sees at once that an owner has exited, without waiting for its lease. A job whose owner is
-  gone is an orphan: the reaper (every process, every LEASE_SECS / 2, and once at start,
-  `recover`) reports it once (the process that releases its job wins), and the service layer
-  stores it as `failed`.
+  table `workers`; a heartbeat every WORKER_LEASE_SECS / 3, running out after
+  WORKER_LEASE_SECS). The lease holds a token naming the process (`process_token`), so a
+  process on the same machine sees at once that an owner has exited, without waiting for its
+  lease. A job whose owner is gone is an orphan: the reaper (every process, every
+  WORKER_LEASE_SECS / 2, and once at start, `recover`) reports it once (the process that
+  releases its job wins), and the service layer stores it as `failed`.
 * **events**: the owner mirrors the job's stream events (Redis Stream `{P}:events:<id>`,
   SQLite table `job_events`), so `GET /v1/responses/<id>?stream=true` on any process replays
   and follows it live; they outlive the job by EVENTS_KEEP_SECS.
@@ -34,13 +34,15 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, TypeVar
 
 import attrs
 import trio
 
 from ..responses.objects import AnyEvent, dumps
 from ..errors import StoreUnavailable
+from ..storage.backend import Board
+from ..storage.values import EVENTS_KEEP_SECS
 from .registry import RegistryHandle
 from .supervisor import SupervisorHandle
 
@@ -48,10 +50,10 @@ log = logging.getLogger("triode.jobs")
 
 T = TypeVar("T")
 
-LEASE_SECS = 10.0
-EVENTS_KEEP_SECS = 600.0
+# A process's lease on the board: it runs out this long after the last heartbeat, and then
+# the jobs the process owned are orphans.
+WORKER_LEASE_SECS = 10.0
 THREADS = 4
-LISTEN_POLL_SECS = 0.5
 
 
 # ---- which process, and whether it still runs ---------------------------------------------
@@ -105,146 +107,6 @@ def process_gone(token: str) -> bool:
     return bool(started) and _started(pid) != started
 
 
-# ---- the board's state, on Redis --------------------------------------------------------------
-
-
-class CancelFeed(Protocol):
-    def take(self) -> list[str]:
-        """The ids whose cancel was asked for since the last call (blocking)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class Board(Protocol):
-    """The job board's state: blocking calls, run in worker threads on `limiter`."""
-
-    cancel_wait_secs: float   # how long to sleep between CancelFeed.take calls (0: it waits)
-
-    @property
-    def limiter(self) -> trio.CapacityLimiter | None: ...
-
-    def heartbeat(self, worker_id: str, token: str, lease_secs: float) -> None: ...
-
-    def claim(self, response_id: str, worker_id: str) -> None: ...
-
-    def owner(self, response_id: str) -> str | None: ...
-
-    def worker(self, worker_id: str) -> str | None:
-        """A worker's process token while its lease runs, else None."""
-        ...
-
-    def events(self, response_id: str, after: str) -> list[tuple[str, bytes]]: ...
-
-    def add_events(self, response_id: str, events: Sequence[bytes]) -> None: ...
-
-    def request_cancel(self, response_id: str) -> None: ...
-
-    def release(self, response_id: str) -> bool:
-        """Ends the job's ownership; True for the one caller that ended it."""
-        ...
-
-    def jobs(self) -> list[str]: ...
-
-    def tidy(self, events_keep_secs: float) -> None: ...
-
-    def cancels(self, worker_id: str) -> CancelFeed:
-        """The cancels other processes ask of this worker's jobs."""
-        ...
-
-
-class RedisBoard:
-    """The board under `{prefix}` on Redis (redis-py's sync client)."""
-
-    cancel_wait_secs = 0.0
-    limiter = None
-
-    def __init__(self, client: Any, prefix: str) -> None:
-        self.client = client
-        self.prefix = prefix
-
-    def key(self, kind: str, name: str = "") -> str:
-        return f"{{{self.prefix}}}:{kind}" + (f":{name}" if name else "")
-
-    def heartbeat(self, worker_id: str, token: str, lease_secs: float) -> None:
-        _guarded(self.client.set, self.key("worker", worker_id), token, None,
-                 int(lease_secs * 1000))
-
-    def claim(self, response_id: str, worker_id: str) -> None:
-        pipe = self.client.pipeline()
-        pipe.set(self.key("job", response_id), worker_id)
-        pipe.sadd(self.key("jobs"), response_id)
-        _guarded(pipe.execute)
-
-    def owner(self, response_id: str) -> str | None:
-        found = _guarded(self.client.get, self.key("job", response_id))
-        return None if found is None else bytes(found).decode()
-
-    def worker(self, worker_id: str) -> str | None:
-        found = _guarded(self.client.get, self.key("worker", worker_id))
-        return None if found is None else bytes(found).decode()
-
-    def events(self, response_id: str, after: str) -> list[tuple[str, bytes]]:
-        start = after if after == "-" else "(" + after
-        found = _guarded(self.client.xrange, self.key("events", response_id), start)
-        return [(bytes(sid).decode(), bytes(fields[b"e"])) for sid, fields in found]
-
-    def add_events(self, response_id: str, events: Sequence[bytes]) -> None:
-        stream = self.key("events", response_id)
-        pipe = self.client.pipeline()
-        for event in events:
-            pipe.xadd(stream, {"e": event})
-        pipe.expire(stream, int(EVENTS_KEEP_SECS))
-        _guarded(pipe.execute)
-
-    def request_cancel(self, response_id: str) -> None:
-        _guarded(self.client.publish, self.key("cancel"), response_id)
-
-    def release(self, response_id: str) -> bool:
-        pipe = self.client.pipeline()
-        pipe.delete(self.key("job", response_id))
-        pipe.srem(self.key("jobs"), response_id)
-        deleted, _ = _guarded(pipe.execute)
-        return bool(deleted)
-
-    def jobs(self) -> list[str]:
-        return [bytes(raw).decode() for raw in _guarded(self.client.smembers, self.key("jobs"))]
-
-    def tidy(self, events_keep_secs: float) -> None:
-        """Redis expires events and leases by itself."""
-
-    def cancels(self, worker_id: str) -> CancelFeed:
-        return _RedisCancels(self)
-
-
-class _RedisCancels:
-    def __init__(self, board: RedisBoard) -> None:
-        self._pubsub = board.client.pubsub(ignore_subscribe_messages=True)
-        self._channel = board.key("cancel")
-        self._subscribed = False
-
-    def take(self) -> list[str]:
-        if not self._subscribed:
-            _guarded(self._pubsub.subscribe, self._channel)
-            self._subscribed = True
-        msg = _guarded(self._pubsub.get_message, True, LISTEN_POLL_SECS)
-        if msg is not None and msg.get("type") == "message":
-            return [bytes(msg["data"]).decode()]
-        return []
-
-    def close(self) -> None:
-        self._pubsub.close()
-
-
-def _guarded(fn: Callable[..., T], *args: Any) -> T:
-    from redis.exceptions import ConnectionError, TimeoutError
-
-    try:
-        return fn(*args)
-    except (ConnectionError, TimeoutError) as exc:
-        raise StoreUnavailable(f"the store (Redis) is unreachable: {exc}") from None
-
-
 # ---- the actor ---------------------------------------------------------------------------------
 
 
@@ -255,7 +117,7 @@ class JobBoardHandle:
     _limiter: trio.CapacityLimiter
     _mirrors: trio.MemorySendChannel[SupervisorHandle]
     orphans: trio.MemoryReceiveChannel[str]
-    _lease: float = LEASE_SECS
+    _lease: float = WORKER_LEASE_SECS
     _running: set[str] = attrs.Factory(set)   # jobs this process claimed, not yet released
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -317,7 +179,7 @@ class JobBoardHandle:
 
 class JobBoard:
     def __init__(self, board: Board, registry: RegistryHandle, *,
-                 lease_secs: float = LEASE_SECS) -> None:
+                 lease_secs: float = WORKER_LEASE_SECS) -> None:
         self._board = board
         self._registry = registry
         self._lease = lease_secs

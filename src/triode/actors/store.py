@@ -1,7 +1,7 @@
 """The stores: responses, conversations and the reasoning echo, one actor each, each owning
-its `Entries` (actors/entries.py): a BudgetedMap in this process, or the same policy in a
-shared store, Redis (`--store redis://...`) or a SQLite file (`--store sqlite:///PATH`,
-actors/sqlite.py), where any process serves any id.
+its `Entries` (storage/backend.py): a BudgetedMap in this process, or the same policy in a
+shared store, Redis (`--store redis://...`, storage/redis.py) or a SQLite file
+(`--store sqlite:///PATH`, storage/sqlite*.py), where any process serves any id.
 
 Values cross the mailbox as compact JSON bytes, encoded and decoded in the caller's task by
 the handle. That keeps retained memory close to the byte budget (a parsed response with its
@@ -9,75 +9,32 @@ stream events takes three to four times its JSON size), gives callers fresh obje
 cannot alias the store's state, and makes every entry's size exact: the length of what is
 kept, which `approx_json_bytes` estimates for callers that need a size before encoding.
 
-Expired entries are freed by a sweep at the moment the next one expires (the actor waits on
-its mailbox with that deadline), so memory comes back even if nobody reads them, and a
-store whose entries never expire never wakes. A shared store runs each message's operation
-(one atomic script call, or one SQLite transaction) in a worker thread (Redis: several at
-once; SQLite: one at a time per process, see actors/sqlite.py), sweeps every second, and
-answers StoreUnavailable (503, Retry-After) while Redis cannot be reached or the SQLite file
-cannot be written.
+Each actor serves its mailbox as budgeted.py says (expired entries swept as they expire; a
+shared store's operations in worker threads, answering StoreUnavailable, a 503 with
+Retry-After, while its backend cannot serve them); the records it keeps are
+storage/records.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import math
 import time
 from typing import Any, Callable, Iterable
 
 import attrs
-import outcome
 import trio
 
-from ..responses.objects import dumps
-from ..errors import StoreDisabled, StoreUnavailable
 from ..responses.conversations import conversation_object
-from ..settings import sqlite_location
+from ..responses.objects import AnyEvent, Item
+from ..storage.backend import Backend
+from ..storage.budget import BudgetStatistics
+from ..storage.memory import MEMORY
+from ..storage.records import ConversationRecord, StoredResponse, encode_json
 from ..tenants import DEFAULT_SCOPE, scoped
-from .budget import BudgetStatistics
-from .entries import Entries, MemoryEntries, RedisEntries, StoreKind
-from .sqlite import Database, SqliteEntries
-from .mailbox import ReplyChannel, answer, ask, reply_with
-
-MAILBOX_SIZE = 64
-
-
-def encode_json(obj: Any) -> bytes:
-    """JSON of typed answers (responses/objects.py) or JSON-shaped data, by the one
-    converter."""
-    return dumps(obj).encode()
-
-
-@attrs.frozen
-class StoredResponse:
-    body: bytes
-    events: bytes
-
-    @classmethod
-    def of(cls, response: Any, events: Iterable[Any] = ()) -> "StoredResponse":
-        return cls(encode_json(response), encode_json(list(events)))
-
-    @property
-    def size(self) -> int:
-        """The bytes it counts against the store's budget."""
-        return len(self.body) + len(self.events)
-
-
-# Messages shared by both mailboxes.
-
-
-@attrs.frozen
-class GetStatistics:
-    reply: ReplyChannel[BudgetStatistics]
-
-
-@attrs.frozen
-class Ping:
-    """Answers once the store's backend answers (a shared store: Redis is reachable)."""
-
-    reply: ReplyChannel[None]
+from .budgeted import (MAILBOX_SIZE, BudgetedStore, GetStatistics, Operation, Ping,
+                       StoreHandle)
+from .mailbox import ReplyChannel, ask
 
 
 # The response store's mailbox.
@@ -199,43 +156,14 @@ ConversationStoreMessage = (
 )
 
 
-@attrs.frozen
-class _StoreHandle:
-    _inbox: trio.MemorySendChannel[Any]
-    _disabled_reason: str | None
-    shared: bool = False          # kept in Redis or SQLite (reachable or not), not this process
-    kind: StoreKind = "memory"
-    # The tenant whose names this handle reads and writes (tenants.scoped): another
-    # tenant's handle over the same store reaches other keys, so its ids miss.
-    scope: str = DEFAULT_SCOPE
-
-    def _key(self, name: str) -> str:
-        return scoped(self.scope, name)
-
-    async def ping(self) -> None:
-        """Raises StoreUnavailable unless a shared store answers now (Redis is reachable, the
-        SQLite file is not locked out): a stored create asks first, so that nothing is
-        accepted that could not be kept."""
-        if self.shared and self._disabled_reason is None:
-            await ask(self._inbox, Ping)
-
-    def check_enabled(self) -> None:
-        """Raises StoreDisabled when the store was configured off."""
-        if self._disabled_reason is not None:
-            raise StoreDisabled(self._disabled_reason)
-
-    async def statistics(self) -> BudgetStatistics:
-        """Works on a disabled store too, so /health can report it."""
-        return await ask(self._inbox, GetStatistics)
-
 
 @attrs.frozen
-class ResponseStoreHandle(_StoreHandle):
+class ResponseStoreHandle(StoreHandle):
     async def put(
-        self, response_id: str, response: Any, events: Iterable[Any] = (), pinned: bool = False,
+        self, response_id: str, stored: StoredResponse, pinned: bool = False,
         ephemeral: bool = False, reserve: int = 0,
     ) -> bool:
-        """Stores a response object and its stream events; returns whether it is retained.
+        """Stores a response's record and its stream events; returns whether it is retained.
 
         A pinned put (an active background job) is refused, returning False, when the
         pinned total would exceed the byte budget; it never evicts stored responses. It
@@ -244,41 +172,30 @@ class ResponseStoreHandle(_StoreHandle):
         response) lives for the ephemeral TTL instead of the store's.
         """
         self.check_enabled()
-        stored = StoredResponse.of(response, events)
         # Items of a continuable response can be named by item_reference later.
-        item_ids = () if ephemeral else tuple(
-            self._key(item["id"]) for item in [*response.get("input", ()),
-                                    *response.get("response", {}).get("output", ())]
-            if isinstance(item.get("id"), str))
+        item_ids = () if ephemeral else tuple(self._key(i) for i in stored.item_ids())
         return await ask(
             self._inbox,
             lambda reply: PutResponse(self._key(response_id), stored, pinned, ephemeral, reserve,
                                       item_ids, reply),
         )
 
-    async def find_item(self, item_id: str) -> dict[str, Any] | None:
+    async def find_item(self, item_id: str) -> Item | None:
         """An input or output item of a stored (continuable) response, by its id; counts as
         a use of that response for LRU."""
         self.check_enabled()
         stored: StoredResponse | None = await ask(self._inbox,
                                                   lambda reply: FindItem(self._key(item_id), reply))
-        if stored is None:
-            return None
-        record = json.loads(stored.body)
-        found: dict[str, Any] | None = next(
-            (item for item in [*record["input"], *record["response"]["output"]]
-             if item.get("id") == item_id), None)
-        return found
+        return None if stored is None else stored.find_item(item_id)
 
-    async def get(self, response_id: str) -> Any | None:
-        """Returns a fresh copy of the stored response, or None; counts as a use for LRU."""
-        stored = await self._get_stored(response_id)
-        return None if stored is None else json.loads(stored.body)
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """Returns the stored response, or None; counts as a use for LRU."""
+        return await self._get_stored(response_id)
 
-    async def get_events(self, response_id: str) -> list[Any] | None:
+    async def get_events(self, response_id: str) -> list[AnyEvent] | None:
         """Returns the stored stream events, or None; counts as a use for LRU."""
         stored = await self._get_stored(response_id)
-        return None if stored is None else json.loads(stored.events)
+        return None if stored is None else stored.events()
 
     async def delete(self, response_id: str) -> bool:
         self.check_enabled()
@@ -302,15 +219,7 @@ class ResponseStoreHandle(_StoreHandle):
 
 
 @attrs.frozen
-class ConversationRecord:
-    """A conversation as read: its object and its items (fresh copies)."""
-
-    conversation: dict[str, Any]
-    items: list[dict[str, Any]]
-
-
-@attrs.frozen
-class ConversationStoreHandle(_StoreHandle):
+class ConversationStoreHandle(StoreHandle):
     async def create(self, conversation: dict[str, Any], items: Iterable[Any] = ()) -> bool:
         """Stores a new conversation (keyed by its object's id) with its first items;
         returns whether it is retained."""
@@ -325,7 +234,7 @@ class ConversationStoreHandle(_StoreHandle):
         record = await self._record(conversation_id)
         if record is None:
             return None
-        return ConversationRecord(json.loads(record[0]), [json.loads(i) for i in record[1:]])
+        return ConversationRecord.decode(record)
 
     async def get(self, conversation_id: str) -> list[Any] | None:
         """Returns a fresh copy of the transcript (the items), or None; counts as a use for
@@ -384,174 +293,8 @@ class ConversationStoreHandle(_StoreHandle):
             self._key(conversation_id), encoded, created, reply))
 
 
-class Backend:
-    """Where the stores keep their entries: this process (the default), a shared Redis or a
-    SQLite file."""
 
-    kind: StoreKind = "memory"
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return MemoryEntries(max_entries=max_entries, max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-    def limiter(self) -> trio.CapacityLimiter:
-        """The worker threads a store's blocking operations run on."""
-        return trio.CapacityLimiter(REDIS_THREADS)
-
-    def close(self) -> None:
-        """Releases what the backend holds (at the end of the actor tree)."""
-
-
-@attrs.frozen
-class RedisBackend(Backend):
-    """Every store under `prefix` on one Redis (redis-py's sync client, used from worker
-    threads; its pool holds a connection per thread in use)."""
-
-    client: Any
-    prefix: str = "triode"
-
-    def ping(self) -> None:
-        """Raises StoreUnavailable unless Redis answers (blocking: call from a thread)."""
-        self.entries("ping", max_entries=0, max_bytes=0, ttl_secs=0).ping()
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return RedisEntries(self.client, f"{self.prefix}:{name}", max_entries=max_entries,
-                            max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-
-@attrs.frozen
-class SqliteBackend(Backend):
-    """Every store under `prefix` in one SQLite database (one connection per process, its
-    calls one at a time on `Database.limiter`)."""
-
-    db: Database
-    prefix: str = "triode"
-
-    def entries(self, name: str, *, max_entries: int, max_bytes: int, ttl_secs: float
-                ) -> Entries:
-        return SqliteEntries(self.db, f"{self.prefix}:{name}", max_entries=max_entries,
-                             max_bytes=max_bytes, ttl_secs=ttl_secs)
-
-    def limiter(self) -> trio.CapacityLimiter:
-        return self.db.limiter
-
-    def close(self) -> None:
-        self.db.close()
-
-
-MEMORY = Backend()
-# Redis calls give up after this long (then StoreUnavailable: a 503 with Retry-After).
-REDIS_TIMEOUT_SECS = 2.0
-
-
-def backend_for(store: str, prefix: str) -> Backend:
-    """`memory`; `sqlite:///PATH` (not opened yet: `Database.open`); or a Redis URL
-    (redis://, rediss://, unix://) and the key prefix."""
-    if store == "memory":
-        return MEMORY
-    location = sqlite_location(store)
-    if location is not None:
-        return SqliteBackend(Database(location.path, synchronous=location.synchronous),
-                             prefix)
-    import redis
-
-    client = redis.Redis.from_url(store, socket_timeout=REDIS_TIMEOUT_SECS,
-                                  socket_connect_timeout=REDIS_TIMEOUT_SECS,
-                                  health_check_interval=30, retry_on_timeout=False)
-    return RedisBackend(client, prefix)
-# A Redis store's operations run in worker threads, this many at once per store.
-REDIS_THREADS = 8
-# How often a shared store drops expired entries (Redis frees their values by itself; this
-# keeps the counts and the byte budget current when nothing else touches the store).
-REDIS_SWEEP_SECS = 1.0
-
-# (the reply channel or None, the operation computing the answer)
-Operation = tuple["ReplyChannel[Any] | None", Callable[[], Any]]
-
-
-class _BudgetedStore:
-    disabled_reason: str
-    name: str
-
-    def __init__(
-        self,
-        *,
-        max_entries: int,
-        max_bytes: int,
-        ttl_secs: float,
-        clock: Callable[[], float] = trio.current_time,
-        backend: Backend = MEMORY,
-    ) -> None:
-        self._entries = backend.entries(self.name, max_entries=max_entries,
-                                        max_bytes=max_bytes, ttl_secs=ttl_secs)
-        self._backend = backend
-        self._clock = clock
-
-    def _now(self) -> float | None:
-        """The policy's clock: this process's, or (shared store) the Redis server's."""
-        return None if self._entries.blocking else self._clock()
-
-    async def _serve(self, inbox: trio.MemoryReceiveChannel[Any],
-                     operation: Callable[[Any], Operation]) -> None:
-        if self._entries.blocking:
-            await self._serve_concurrently(inbox, operation)
-            return
-        while True:
-            try:
-                msg = await self._next_message(inbox)
-            except trio.EndOfChannel:
-                return
-            if msg is not None:
-                reply, op = operation(msg)
-                if reply is None:
-                    op()
-                else:
-                    answer(reply, op)
-
-    async def _next_message(self, inbox: trio.MemoryReceiveChannel[Any]) -> Any | None:
-        """The next mailbox message; or None after sweeping, when the next entry expires
-        first (so expired entries give their memory back even if nobody reads them)."""
-        deadline = self._entries.next_expiry()
-        with trio.move_on_at(math.inf if deadline is None else deadline):
-            return await inbox.receive()
-        self._entries.sweep(self._clock())
-        return None
-
-    async def _serve_concurrently(self, inbox: trio.MemoryReceiveChannel[Any],
-                                  operation: Callable[[Any], Operation]) -> None:
-        """A shared store: each message's operation is one atomic script call (or SQLite
-        transaction), run in a worker thread; messages overlap (Redis or SQLite's write lock
-        orders them), replies go back as they come."""
-        limiter = self._backend.limiter()
-
-        async def in_thread(op: Callable[[], Any]) -> Any:
-            return await trio.to_thread.run_sync(op, limiter=limiter)
-
-        async def run(reply: ReplyChannel[Any] | None, op: Callable[[], Any]) -> None:
-            result = await outcome.acapture(in_thread, op)
-            if reply is not None:
-                reply_with(reply, result)
-
-        async def sweep() -> None:
-            while True:
-                await trio.sleep(REDIS_SWEEP_SECS)
-                with contextlib.suppress(StoreUnavailable):
-                    await trio.to_thread.run_sync(self._entries.sweep, None, limiter=limiter)
-
-        async with trio.open_nursery() as nursery:
-            if self._entries.ttl_secs > 0:
-                nursery.start_soon(sweep)
-            async for msg in inbox:
-                nursery.start_soon(run, *operation(msg))
-            nursery.cancel_scope.cancel()
-
-    @property
-    def _disabled(self) -> str | None:
-        return self.disabled_reason if self._entries.max_entries == 0 else None
-
-
-class ResponseStore(_BudgetedStore):
+class ResponseStore(BudgetedStore):
     name = "responses"
     disabled_reason = "response storage is disabled (--responses-store-max-entries is 0)"
 
@@ -573,7 +316,7 @@ class ResponseStore(_BudgetedStore):
             case PutResponse(reply=reply):
                 ttl = self._ephemeral_ttl if msg.ephemeral else None
                 return reply, lambda: entries.put(
-                    msg.response_id, [msg.stored.body, msg.stored.events], now,
+                    msg.response_id, [msg.stored.body, msg.stored.event_log], now,
                     size=max(msg.stored.size, msg.reserve), pinned=msg.pinned, ttl_secs=ttl,
                     index=msg.item_ids)
             case FindItem(item_id, reply):
@@ -596,7 +339,7 @@ def _stored(values: list[bytes] | None) -> StoredResponse | None:
     return None if values is None else StoredResponse(values[0], values[1])
 
 
-class ConversationStore(_BudgetedStore):
+class ConversationStore(BudgetedStore):
     """Each entry is a conversation's record, a list of compact JSON values (its object,
     then its items); its size is the length of that record as one JSON array."""
 
@@ -690,7 +433,7 @@ class ReasoningEchoHandle:
         return await ask(self._inbox, GetStatistics)
 
 
-class ReasoningEchoStore(_BudgetedStore):
+class ReasoningEchoStore(BudgetedStore):
     name = "reasoning-echo"
     disabled_reason = "the reasoning echo is disabled (its byte budget is 0)"
 

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFami
 from prometheus_client.process_collector import ProcessCollector
 from quart import Response, current_app
 
-from ..actors.budget import BudgetStatistics
+from ..storage.budget import BudgetStatistics
 from ..actors.messages import HistogramStatistics, ModelStatistics
 from ..actors.registry import RegistryStatistics
 from ..model.speculation import SpeculationStatistics

@@ -196,7 +196,7 @@ async def get_response(response_id: str) -> Response:
         events = await turns.stored_events(who, response_id, starting_after)
         access_record(request.scope).record_response(response_id)
         return await replay_response(events)
-    return json_response(told((await turns.stored(who, response_id))["response"]))
+    return json_response(told((await turns.stored(who, response_id)).response))
 
 
 @route("/responses/<response_id>", methods=["DELETE"])

@@ -26,8 +26,8 @@ from quart import Response, current_app, request
 
 from ..actors.supervisor import ResponseSummary
 from ..errors import StoreUnavailable
-from ..responses.lifecycle import TERMINAL_STATUSES
 from ..service import figures
+from ..service.remote import RemoteJob
 from ..system import Handles
 from ..tenants import Caller, unscoped
 from .access import AccessLog, Connection
@@ -129,20 +129,6 @@ def recent_entry(s: ResponseSummary, worker: str) -> dict[str, Any]:
     return entry
 
 
-@attrs.define
-class RemoteJob:
-    """What this stream knows of a job another process runs, from the job board: its
-    stored record, then the events it mirrored (read on from `last`). Its timeline starts
-    at its creation; a later status is stamped when this stream first saw it."""
-
-    background: bool
-    store: bool
-    status: str = "queued"
-    last: str = "-"
-    deltas: int = 0              # delta events seen: about one per generated token
-    timeline: list[list[Any]] = attrs.Factory(list)
-
-
 class RemoteJobs:
     """The other processes' jobs, read from the job board every REMOTE_SECS (one per
     stream: each stream reads on from where it was)."""
@@ -183,26 +169,8 @@ class RemoteJobs:
                 record = await self._h.stores.responses.get(rid)
                 if record is None:
                     continue
-                obj = record["response"]
-                created = float(obj.get("created_at") or time.time())
-                self._jobs[rid] = (owner, RemoteJob(
-                    bool(obj.get("background")), bool(obj.get("store")),
-                    timeline=[["queued", created]]))
-            job = self._jobs[rid][1]
-            events = await board.events(rid, job.last)
-            if events:
-                job.last = events[-1][0]
-            for _, event in events:
-                kind = event.get("type", "")
-                if kind.endswith(".delta"):
-                    job.deltas += 1
-                elif kind == "response.in_progress" and job.status == "queued":
-                    job.status = "in_progress"
-                    job.timeline.append(["in_progress", time.time()])
-                elif kind.startswith("response.") and \
-                        (status := event.get("response", {}).get("status")) in TERMINAL_STATUSES:
-                    job.status = status
-                    job.timeline.append([status, time.time()])
+                self._jobs[rid] = (owner, RemoteJob(board, record, key=rid, keep_events=False))
+            await self._jobs[rid][1].read_on()
 
 
 def store_json(st: Any) -> dict[str, Any] | None:

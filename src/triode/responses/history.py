@@ -7,54 +7,55 @@ inherited: they live on the response object, not in its items).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import attrs
 
 from ..errors import InvalidRequest
 from .lifecycle import TERMINAL_STATUSES, Status
-from .objects import (AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject, items_of,
-                      plain)
+from .objects import AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject
+
+
+class StoredTurn(Protocol):
+    """A stored response as a chain reads it (storage/records.py `StoredResponse`)."""
+
+    @property
+    def response(self) -> ResponseObject: ...
+
+    @property
+    def input(self) -> list[Item]: ...
+
+    @property
+    def ephemeral(self) -> bool: ...
 
 
 class ResponseReader(Protocol):
-    """Where stored response records are read from (the response store's handle)."""
+    """Where stored responses are read from (the response store's handle)."""
 
-    async def get(self, response_id: str) -> Any | None: ...
+    async def get(self, response_id: str) -> StoredTurn | None: ...
 
 # A chain longer than this is refused rather than walked (each hop is one store message).
 MAX_CHAIN = 10_000
-
-
-def record(response: ResponseObject | dict[str, Any], items: Sequence[Item | dict[str, Any]],
-           *, ephemeral: bool = False) -> dict[str, Any]:
-    """What the response store keeps for one response (JSON-shaped: the object's JSON and
-    its canonical input items). An ephemeral one (a background job with store: false) can
-    be polled but not continued."""
-    rec: dict[str, Any] = {"response": plain(response), "input": plain(list(items))}
-    if ephemeral:
-        rec["ephemeral"] = True
-    return rec
 
 
 USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will reach
 TOO_LARGE = ("the response is larger than --responses-store-max-bytes and could not be kept")
 
 
-def too_large(obj: ResponseObject, items: Sequence[Item], created: AnyEvent, *,
-              ephemeral: bool) -> tuple[dict[str, Any], list[AnyEvent]]:
+def too_large(obj: ResponseObject, created: AnyEvent
+              ) -> tuple[ResponseObject, list[AnyEvent]]:
     """What is stored for a finished job whose final object the byte budget cannot hold:
     the object as `failed`, without output, and its events (the created one, then
     response.failed)."""
     failed = attrs.evolve(obj, status=Status.FAILED, output=[], incomplete_details=None,
                           error=ResponseError("server_error", TOO_LARGE))
     closing = ResponseEvent(type="response.failed", sequence_number=1, response=failed)
-    return record(failed, items, ephemeral=ephemeral), [created, closing]
+    return failed, [created, closing]
 
 
-def turn_items(record_: dict[str, Any]) -> list[Item]:
+def turn_items(turn: StoredTurn) -> list[Item]:
     """One stored turn as history: its input, then its output."""
-    return items_of([*record_["input"], *record_["response"]["output"]])
+    return [*turn.input, *turn.response.output]
 
 
 async def chain(responses: ResponseReader, previous_response_id: str) -> list[Item]:
@@ -74,17 +75,17 @@ async def chain(responses: ResponseReader, previous_response_id: str) -> list[It
         if len(turns) > MAX_CHAIN:
             raise InvalidRequest("the previous_response_id chain is too long",
                                  param="previous_response_id")
-        rid = rec["response"].get("previous_response_id")
+        rid = rec.response.previous_response_id
     return [item for turn in reversed(turns) for item in turn]
 
 
-def check_continuable(response_id: str, rec: dict[str, Any]) -> None:
-    status = rec["response"]["status"]
+def check_continuable(response_id: str, rec: StoredTurn) -> None:
+    status = rec.response.status.value
     if status not in TERMINAL_STATUSES:
         raise InvalidRequest(
             f"previous response '{response_id}' has not finished (status: {status})",
             param="previous_response_id")
-    if rec.get("ephemeral"):
+    if rec.ephemeral:
         raise InvalidRequest(
             f"response '{response_id}' was created with store: false; it can be polled but "
             "not used as previous_response_id", param="previous_response_id")

@@ -602,3 +602,9 @@ def dumps(value: Any) -> str:
 
 def event_type(event: AnyEvent) -> str:
     return event["type"] if isinstance(event, dict) else event.type
+
+
+def event_sequence(event: AnyEvent) -> int:
+    number: int = event["sequence_number"] if isinstance(event, dict) \
+        else event.sequence_number
+    return number

@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 import attrs
 
-from ..actors.store import ConversationRecord, ConversationStoreHandle
+from ..actors.store import ConversationStoreHandle
+from ..storage.records import ConversationRecord
 from ..errors import NotFound
 from ..responses.conversations import (ConversationDeleted, ConversationUpdate,
                                        NewConversation, NewItems, Paging, check_include,

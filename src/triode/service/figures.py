@@ -13,7 +13,7 @@ from typing import Any, Literal, TypedDict
 import attrs
 import trio
 
-from ..actors.budget import BudgetStatistics
+from ..storage.budget import BudgetStatistics
 from ..actors.messages import ModelStatistics
 from ..actors.model import ModelHandle
 from ..actors.registry import RegistryHandle, RegistryStatistics

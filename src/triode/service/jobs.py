@@ -4,8 +4,8 @@
 response that has not finished (`find_live`: a supervisor here, or a job another process on
 the same shared store runs), cancels one, and stores as failed the jobs of processes that
 stopped (`reap`: at start, the jobs a restart interrupted; then, as their leases run out).
-A job another process runs is read through the job board as a `RemoteJob`: its stored
-record, its mirrored events, its owner's lease.
+A job another process runs is read through the job board as a `RemoteJob` (remote.py): its
+stored record, its mirrored events, its owner's lease.
 """
 
 from __future__ import annotations
@@ -13,29 +13,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, AsyncIterator, Callable, Protocol, Sequence
+from typing import AsyncIterator, Callable, Protocol, Sequence
 
 import attrs
 import trio
 
 from ..actors.jobs import JobBoardHandle
 from ..actors.registry import RegistryHandle
-from ..actors.store import ResponseStoreHandle, StoredResponse
+from ..actors.store import ResponseStoreHandle
+from ..storage.records import StoredResponse
 from ..actors.supervisor import Supervisor, SupervisorHandle
 from ..errors import InvalidRequest, RateLimited, StoreUnavailable
 from ..responses import history
 from ..responses.builder import ResponseBuilder
-from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
+from ..responses.lifecycle import TERMINAL_STATUSES, Status
 from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
-                                plain, response_of, usage)
+                                event_sequence, usage)
 from ..responses.translate import Plan
 from ..tenants import Caller, unscoped
+from .remote import RemoteJob
 
 log = logging.getLogger(__name__)
 
 CANCEL_TIMEOUT = 5.0
-# How often a follower on another process looks for new events of a remote job.
-FOLLOW_POLL_SECS = 0.1
 ORPHANED = ("the server process running this background response stopped (its lease "
             "expired) before the response finished")
 RESTARTED = ("the server restarted before this background response finished (the process "
@@ -88,8 +88,8 @@ class Jobs:
         # Room for the most the job's end can need: if its final object does not fit the
         # budget, the `failed` one the keeper stores instead must (usage at its widest).
         widest = attrs.evolve(queued, usage=usage(*(history.USAGE_BOUND,) * 4))
-        fallback = StoredResponse.of(*history.too_large(widest, plan.items, builder.events[0],
-                                                        ephemeral=not plan.store))
+        failed, events = history.too_large(widest, builder.events[0])
+        fallback = StoredResponse.of(failed, plan.items, events, ephemeral=not plan.store)
         # Claimed before it is stored: a stored unfinished job always has an owner on the
         # board, so a restart (or another process, once the lease runs out) can fail it.
         key = caller.key(response_id)
@@ -98,7 +98,7 @@ class Jobs:
             await self._board.claim(key)
         stored = False
         try:
-            if not await responses.put(response_id, history.record(queued, plan.items),
+            if not await responses.put(response_id, StoredResponse.of(queued, plan.items),
                                              pinned=True, reserve=fallback.size):
                 raise RateLimited("the active background responses would exceed "
                                   "--responses-store-max-bytes; retry after one finishes")
@@ -174,15 +174,17 @@ class Jobs:
             return None
         responses = self._responses_of(caller)
         record = await responses.get(response_id)
-        if record is None or record["response"].get("status") in TERMINAL_STATUSES \
-                or not record["response"].get("background"):
+        if record is None or record.response.status in TERMINAL_STATUSES \
+                or not record.response.background:
             return None
         key = caller.key(response_id)
         owner = await self._board.owner(key)
         if owner is None or owner == self._board.worker_id:
             return None
-        return RemoteJob(self._board, record, await self._board.events(key),
-                         functools.partial(responses.get, response_id), key)
+        job = RemoteJob(self._board, record, key=key,
+                        reread=functools.partial(responses.get, response_id))
+        await job.read_on()
+        return job
 
     # ---- orphans -----------------------------------------------------------------------
 
@@ -213,90 +215,17 @@ class Jobs:
         scope, response_id = unscoped(key)
         responses = attrs.evolve(self._responses, scope=scope)
         record = await responses.get(response_id)
-        if record is None or record["response"].get("status") in TERMINAL_STATUSES:
+        if record is None or record.response.status in TERMINAL_STATUSES:
             return
-        failed = attrs.evolve(response_of(record["response"]), status=Status.FAILED, output=[],
+        failed = attrs.evolve(record.response, status=Status.FAILED, output=[],
                               error=ResponseError("server_error", reason))
         assert self._board is not None
-        events = [e for _, e in await self._board.events(key)]
+        events: list[AnyEvent] = [e for _, e in await self._board.events(key)]
         closing = ResponseEvent(
             type="response.failed", response=failed,
-            sequence_number=events[-1]["sequence_number"] + 1 if events else 0)
-        await responses.put(response_id, {**record, "response": plain(failed)},
-                            [*events, closing], ephemeral=failed.store is False)
+            sequence_number=event_sequence(events[-1]) + 1 if events else 0)
+        await responses.put(response_id,
+                            record.with_response(failed).with_events([*events, closing]),
+                            ephemeral=failed.store is False)
         await self._board.add_event(key, closing)
         log.warning("background response %s failed: %s", key, reason)
-
-
-class RemoteJob:
-    """A background job another process runs. Its events come from the job board (a Redis
-    Stream, or SQLite's job_events, polled every FOLLOW_POLL_SECS);
-    it is done at a terminal event, or when its owner released it and the stored record is
-    terminal (a cancel has no event), or when the reaper failed it (a response.failed)."""
-
-    background = True
-
-    def __init__(self, board: JobBoardHandle, record: dict[str, Any],
-                 events: list[tuple[str, dict[str, Any]]], reread: Any,
-                 key: str | None = None) -> None:
-        self.response_id: str = record["response"]["id"]
-        self.key = key or self.response_id     # its name on the board
-        self._board = board
-        self._record = record
-        self._events = [e for _, e in events]
-        self._last = events[-1][0] if events else "-"
-        self._reread = reread              # async () -> the stored record or None
-        self._final: dict[str, Any] | None = None   # the final object's JSON
-
-    @property
-    def done(self) -> bool:
-        return self._final is not None
-
-    def polled(self) -> ResponseObject:
-        """As SupervisorHandle.polled: the status only, no partial output."""
-        obj = response_of(self._record["response"])
-        started = any(e["type"] == "response.in_progress" for e in self._events)
-        return attrs.evolve(obj, status=Status.IN_PROGRESS if started else obj.status,
-                            output=[], usage=usage())
-
-    async def _poll(self) -> None:
-        if await self._read_to_the_end():
-            return
-        if await self._board.owner(self.key) is None:
-            record = await self._reread()
-            if record is not None and record["response"]["status"] in TERMINAL_STATUSES:
-                # The owner appends its last events before it lets go: read once more, or
-                # a terminal event appended since the read above would never be followed.
-                if not await self._read_to_the_end():
-                    self._final = record["response"]
-
-    async def _read_to_the_end(self) -> bool:
-        """Reads the board's new events; whether a terminal one is among them (then final)."""
-        more = await self._board.events(self.key, self._last)
-        if more:
-            self._last = more[-1][0]
-            self._events += [e for _, e in more]
-        for event in self._events:
-            if event["type"] in TERMINAL_EVENTS:
-                self._final = event["response"]
-                return True
-        return False
-
-    async def wait(self) -> ResponseObject:
-        while self._final is None:
-            await trio.sleep(FOLLOW_POLL_SECS)
-            await self._poll()
-        return response_of(self._final)
-
-    async def follow_batches(self, starting_after: int = -1
-                             ) -> AsyncIterator[list[dict[str, Any]]]:
-        sent = starting_after
-        while True:
-            batch = [e for e in self._events if e["sequence_number"] > sent]
-            if batch:
-                sent = batch[-1]["sequence_number"]
-                yield batch
-            if self._final is not None:
-                return
-            await trio.sleep(FOLLOW_POLL_SECS)
-            await self._poll()

@@ -20,8 +20,9 @@ from ..errors import NotFound, StoreDisabled, StoreUnavailable
 from ..responses import history
 from ..responses.items import chat_messages, turn_keys
 from ..responses.lifecycle import FINISHED_STATUSES
-from ..responses.objects import Item, ResponseObject, StreamEvent, response_of
+from ..responses.objects import AnyEvent, Item, ResponseObject, StreamEvent, event_sequence, plain
 from ..responses.translate import Plan
+from ..storage.records import StoredResponse
 from .stores import Stores
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class ResponseKeeper:
             obj = await self._keep_job(plan, obj, events)
         elif plan.store:
             with contextlib.suppress(StoreDisabled):
-                await self._responses.put(obj.id, history.record(obj, plan.items), events)
+                await self._responses.put(obj.id, StoredResponse.of(obj, plan.items, events))
         if obj.status not in FINISHED_STATUSES:
             return  # a failed or cancelled turn adds nothing
         turn = [*plan.messages, *chat_messages(None, obj.output)]
@@ -98,13 +99,14 @@ class ResponseKeeper:
         an answer; the pinned entry reserved room for that one (`Jobs.start`), so it is
         always kept. Returns the object as kept."""
         ephemeral = not plan.store
-        record = history.record(obj, plan.items, ephemeral=ephemeral)
-        if await self._responses.put(obj.id, record, events, ephemeral=ephemeral):
+        stored = StoredResponse.of(obj, plan.items, events, ephemeral=ephemeral)
+        if await self._responses.put(obj.id, stored, ephemeral=ephemeral):
             return obj
-        record, kept_events = history.too_large(obj, plan.items, events[0],
-                                                ephemeral=ephemeral)
-        await self._responses.put(obj.id, record, kept_events, ephemeral=ephemeral)
-        return response_of(record["response"])
+        failed, kept_events = history.too_large(obj, events[0])
+        await self._responses.put(
+            obj.id, StoredResponse.of(failed, plan.items, kept_events, ephemeral=ephemeral),
+            ephemeral=ephemeral)
+        return failed
 
     # ---- reading and deleting what was kept ------------------------------------------------
 
@@ -112,23 +114,24 @@ class ResponseKeeper:
         """StoreDisabled (a 4xx) when response storage is configured off."""
         self._responses.check_enabled()
 
-    async def stored(self, response_id: str) -> dict[str, Any]:
-        """A stored response's record; 404 when there is none."""
+    async def stored(self, response_id: str) -> StoredResponse:
+        """A stored response; 404 when there is none."""
         rec = await self._responses.get(response_id)
         if rec is None:
             raise NotFound(f"No response found with id '{response_id}'.",
                            param="response_id")
-        return dict(rec)
+        return rec
 
     async def stored_events(self, response_id: str, starting_after: int
-                            ) -> list[dict[str, Any]]:
+                            ) -> list[AnyEvent]:
         """A stored response's stream events after `starting_after`; 404 when none."""
-        await self.stored(response_id)
-        events = await self._responses.get_events(response_id) or []
-        return [e for e in events if e["sequence_number"] > starting_after]
+        events = (await self.stored(response_id)).events()
+        return [e for e in events if event_sequence(e) > starting_after]
 
     async def input_items(self, response_id: str) -> list[dict[str, Any]]:
-        return list((await self.stored(response_id))["input"])
+        """A stored response's input items, as the API lists them."""
+        items: list[dict[str, Any]] = plain((await self.stored(response_id)).input)
+        return items
 
     async def delete(self, response_id: str) -> None:
         """Deletes a stored response; 404 when there is none."""

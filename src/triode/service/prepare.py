@@ -24,7 +24,7 @@ from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
 from ..responses.ids import new_id
-from ..responses.objects import CompactedHistory, Item, StreamEvent, item_of, items_of, usage
+from ..responses.objects import CompactedHistory, Item, StreamEvent, items_of, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
@@ -255,8 +255,7 @@ class Preparer:
             found = known.get(item.id)
             if found is None:
                 with contextlib.suppress(StoreDisabled):
-                    stored = await self._stores.of(caller).responses.find_item(item.id)
-                    found = None if stored is None else item_of(stored)
+                    found = await self._stores.of(caller).responses.find_item(item.id)
             if found is None:
                 raise InvalidRequest(f"Item with id '{item.id}' not found.",
                                      param=f"input[{i}].id")

@@ -31,7 +31,7 @@ from ..actors.registry import RegistryHandle
 from ..actors.supervisor import Keeper, Supervisor, SupervisorHandle
 from ..errors import InvalidRequest
 from ..responses.ids import new_id
-from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent, response_of
+from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, StreamEvent
 from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .jobs import Jobs, LiveResponse
@@ -41,6 +41,7 @@ from .prepare import Preparer
 from .prompts import PromptTemplates
 from ..actors.limits import TenantLimitsHandle, Ticket
 from ..errors import StoreUnavailable
+from ..storage.records import StoredResponse
 from ..tenants import Caller
 from .stores import Stores
 
@@ -190,12 +191,12 @@ class Turns:
         restart interrupted are (`Jobs.reap`)."""
         await self._jobs.reap(task_status=task_status)
 
-    async def stored(self, caller: Caller, response_id: str) -> dict[str, Any]:
-        """A stored response's record; 404 when there is none."""
+    async def stored(self, caller: Caller, response_id: str) -> StoredResponse:
+        """A stored response; 404 when there is none."""
         return await self._keeper(caller).stored(response_id)
 
     async def stored_events(self, caller: Caller, response_id: str, starting_after: int
-                            ) -> list[dict[str, Any]]:
+                            ) -> list[AnyEvent]:
         """A stored response's stream events after `starting_after`; 404 when none."""
         return await self._keeper(caller).stored_events(response_id, starting_after)
 
@@ -209,7 +210,7 @@ class Turns:
         keeping.check_enabled()
         obj = await self._jobs.cancel(caller, response_id)
         return obj if obj is not None \
-            else response_of((await keeping.stored(response_id))["response"])
+            else (await keeping.stored(response_id)).response
 
     async def delete(self, caller: Caller, response_id: str) -> None:
         """Deletes a stored response; an unfinished background job must be cancelled first."""

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from triode.actors.budget import BudgetedMap, Evictions, approx_json_bytes
+from triode.storage.budget import BudgetedMap, Evictions, approx_json_bytes
 
 
 def json_bytes(obj: Any) -> int:

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 import pytest
 
-from triode.actors.entries import MemoryEntries, RedisEntries
-from triode.actors.sqlite import SqliteEntries
+from triode.storage.memory import MemoryEntries
+from triode.storage.redis import RedisEntries
+from triode.storage.sqlite_entries import SqliteEntries
 
 from .two_handles import check_one_store
 

@@ -1,4 +1,4 @@
--- triode's store policy (actors/budget.py's BudgetedMap) as one Redis script: atomic per call.
+-- triode's store policy (storage/budget.py's BudgetedMap) as one Redis script: atomic per call.
 -- KEYS[1]: the store's prefix. ARGV: op, now (-1: the server's clock), max_entries, max_bytes,
 -- the store's ttl, the expiry grace in ms, then the op's own arguments.
 --

@@ -8,9 +8,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pytest
 
-from triode.actors.budget import BudgetedMap, BudgetStatistics, approx_json_bytes
-from triode.actors.entries import Entries, RedisEntries
-from triode.actors.sqlite import Database, SqliteEntries
+from triode.storage.budget import BudgetedMap, BudgetStatistics, approx_json_bytes
+from triode.storage.backend import Entries
+from triode.storage.redis import RedisEntries
+from triode.storage.sqlite_database import Database
+from triode.storage.sqlite_entries import SqliteEntries
 
 from ..conftest import REDIS_URL
 

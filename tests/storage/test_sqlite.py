@@ -4,6 +4,7 @@ SqliteOpenError at open, or StoreUnavailable (a 503) at run time, never a hang."
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from triode.actors.sqlite import (BUSY_BACKOFF_SECS, Database, SqliteBoard, SqliteEntries,
-                                  SqliteOpenError)
-from triode.actors.store import ResponseStore, SqliteBackend
+from triode.actors.store import ResponseStore
+from triode.storage.records import StoredResponse, encode_json
+from triode.storage.sqlite import SqliteBackend, SqliteBoard
+from triode.storage.sqlite_database import BUSY_BACKOFF_SECS, Database, SqliteOpenError
+from triode.storage.sqlite_entries import SqliteEntries
 from triode.errors import SettingsError, StoreUnavailable
 from triode.settings import SqliteLocation, sqlite_location
 
@@ -63,7 +66,8 @@ def test_committed_operations_survive_a_killed_process(tmp_path):
     path = tmp_path / "s.db"
     script = (
         "import os, signal, sys\n"
-        "from triode.actors.sqlite import Database, SqliteEntries\n"
+        "from triode.storage.sqlite_database import Database\n"
+        "from triode.storage.sqlite_entries import SqliteEntries\n"
         f"db = Database({str(path)!r}); db.open()\n"
         "e = SqliteEntries(db, 'r', max_entries=10, max_bytes=10000, ttl_secs=0)\n"
         "for i in range(50): e.put(f'k{i}', [b'v%d' % i], None, size=5)\n"
@@ -177,14 +181,15 @@ async def test_the_store_actor_answers_503_while_the_disk_is_full(tmp_path):
         responses = await nursery.start(ResponseStore(
             max_entries=10, max_bytes=10**9, ttl_secs=60,
             backend=SqliteBackend(db, "t")).run)
-        assert await responses.put("resp_1", {"id": "resp_1"})
+        assert await responses.put("resp_1", StoredResponse(encode_json({"id": "resp_1"})))
         conn = db._conn
         assert conn is not None
         conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
         with pytest.raises(StoreUnavailable) as caught:
-            await responses.put("resp_2", {"id": "resp_2", "text": "z" * 100_000})
+            await responses.put("resp_2", StoredResponse(
+                encode_json({"id": "resp_2", "text": "z" * 100_000})))
         assert caught.value.status == 503 and caught.value.headers() == {"Retry-After": "1"}
-        assert await responses.get("resp_1") == {"id": "resp_1"}
+        assert json.loads((await responses.get("resp_1")).body) == {"id": "resp_1"}
         nursery.cancel_scope.cancel()
 
 
@@ -211,7 +216,7 @@ def test_a_lock_met_while_switching_to_wal_is_retried(tmp_path, monkeypatch):
     """Workers starting together on a new file can meet in the switch to WAL mode, where
     SQLite answers 'database is locked' at once instead of waiting: open retries it within
     the busy timeout (seen as 14% of concurrent opens failing before)."""
-    import triode.actors.sqlite as module
+    import triode.storage.sqlite_database as module
 
     real_connect = sqlite3.connect
     refusals = iter([True, True, False])
