@@ -3,7 +3,7 @@ text becomes output items. Built once the prompt is rendered (`finalize`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import attrs
 
@@ -12,7 +12,6 @@ from ..errors import ContextLengthExceeded
 from ..model.loading import ModelInfo
 from ..model.request import GenerationRequest, Rendered
 from ..tenants import DEFAULT_SCOPE, scoped
-from . import wire
 from .builder import ResponseBuilder
 from .output import OutputAssembler
 from .translate import Plan, grammar_for, starts_in_reasoning
@@ -42,7 +41,7 @@ class Prepared:
     compaction: Compacted | None = None
 
 
-def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: ModelInfo,
+def finalize(plan: Plan, rendered: Rendered, info: ModelInfo,
              compaction: Compacted | None = None, *, cache_scope: str = DEFAULT_SCOPE
              ) -> Prepared:
     """The rendered prompt's generation limits, grammar and output assembly; a 400
@@ -59,7 +58,7 @@ def finalize(req: wire.CreateResponse, plan: Plan, rendered: Rendered, info: Mod
     thinking = starts_in_reasoning(info, rendered.text)
     generation = GenerationRequest(
         prompt=prompt, max_tokens=min(plan.max_output_tokens or room, room),
-        sampling=plan.sampling, grammar=grammar_for(req, plan, info, in_reasoning=thinking),
+        sampling=plan.sampling, grammar=grammar_for(plan, info, in_reasoning=thinking),
         top_logprobs=plan.top_logprobs, stop=plan.stop,
         cache_key=scoped(cache_scope, plan.echo.prompt_cache_key or ""),
         images=rendered.images)

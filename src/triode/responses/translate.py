@@ -50,10 +50,8 @@ class Plan:
     items: list[Item]                    # this turn's input, canonical
     messages: list[dict[str, Any]]
     sampling: Sampling
-    max_output_tokens: int | None
-    echo: Echo
+    echo: Echo                           # the request's fields its response objects carry
     stream: bool
-    store: bool
     conversation: str | None
     tools: list[Tool]
     choice: ToolChoice
@@ -68,7 +66,14 @@ class Plan:
     compact_threshold: int | None = None   # context_management's compaction threshold
     compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
-    background: bool = False
+
+    @property
+    def store(self) -> bool:
+        return self.echo.store
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        return self.echo.max_output_tokens
 
 
 def check_model(name: str, accepted: tuple[str, ...]) -> None:
@@ -181,21 +186,19 @@ def compact_threshold(req: wire.CreateResponse) -> int | None:
     return threshold
 
 
-def grammar_for(req: wire.CreateResponse, plan: Plan, info: ModelInfo, *,
-                in_reasoning: bool) -> Grammar | None:
+def grammar_for(plan: Plan, info: ModelInfo, *, in_reasoning: bool) -> Grammar | None:
     """The plan's grammar, in the model's family's syntax, for a prompt that already opened
     the model's reasoning (or not): then the reasoning runs to the model's closing marker
     first."""
     if plan.grammar is None or not in_reasoning:
         return plan.grammar
-    return _grammar(req, [t for t in plan.tools if t.chat_name in plan.choice.allowed],
-                    plan.choice, plan.echo.parallel_tool_calls, info.family,
-                    in_reasoning=True, think_close=info.think[1])
+    return _grammar([t for t in plan.tools if t.chat_name in plan.choice.allowed],
+                    plan.choice, plan.echo, info.family, in_reasoning=True,
+                    think_close=info.think[1])
 
 
-def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
-             parallel: bool, family: Family, *, in_reasoning: bool = False,
-             think_close: str = THINK_CLOSE) -> Grammar | None:
+def _grammar(visible: list[Tool], choice: ToolChoice, echo: Echo, family: Family, *,
+             in_reasoning: bool = False, think_close: str = THINK_CLOSE) -> Grammar | None:
     """Constrained decoding: forced tool calls for required/named choices, else the
     structured-output format, else none; the model's family writes either in its own syntax.
     Compiled at create time (cached), so a bad schema is a 400 before anything starts."""
@@ -203,14 +206,13 @@ def _grammar(req: wire.CreateResponse, visible: list[Tool], choice: ToolChoice,
         named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
         mode = choice.allowed[0] if named else "required"
         return family.tool_call_grammar([t.for_grammar() for t in visible], mode,
-                                        parallel=parallel, in_reasoning=in_reasoning,
-                                        think_close=think_close,
-                                        max_output_tokens=req.max_output_tokens)
-    if req.text is not None and req.text.format is not None and req.text.format.type != "text":
-        fmt = attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
-        return family.text_format_grammar(fmt, in_reasoning=in_reasoning,
+                                        parallel=echo.parallel_tool_calls,
+                                        in_reasoning=in_reasoning, think_close=think_close,
+                                        max_output_tokens=echo.max_output_tokens)
+    if echo.text.format.get("type") != "text":
+        return family.text_format_grammar(echo.text.format, in_reasoning=in_reasoning,
                                           think_close=think_close,
-                                          max_output_tokens=req.max_output_tokens)
+                                          max_output_tokens=echo.max_output_tokens)
     return None
 
 
@@ -260,7 +262,6 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
-    grammar = _grammar(req, visible, choice, parallel, family)
     messages = chat_messages(req.instructions, replayed)
     temperature = defaults.temperature if req.temperature is None else req.temperature
     top_p = defaults.top_p if req.top_p is None else req.top_p
@@ -305,14 +306,13 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         safety_identifier=req.safety_identifier,
         **optional_echoes(req),
     )
-    return Plan(items=items, messages=messages, sampling=sampling,
-                max_output_tokens=req.max_output_tokens, echo=echo, stream=bool(req.stream),
-                store=store, conversation=conversation, tools=tools, choice=choice,
-                template_tools=[t.for_template() for t in visible], grammar=grammar,
+    return Plan(items=items, messages=messages, sampling=sampling, echo=echo,
+                stream=bool(req.stream), conversation=conversation, tools=tools,
+                choice=choice, template_tools=[t.for_template() for t in visible],
+                grammar=_grammar(visible, choice, echo, family),
                 encrypted_reasoning="reasoning.encrypted_content" in (req.include or []),
                 stop=stop_sequences(req), template_kwargs=template_kwargs(req),
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, past=list(history), compact_threshold=compact_threshold(req),
-                dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else (),
-                background=bool(req.background))
+                dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else ())

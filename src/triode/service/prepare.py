@@ -136,8 +136,8 @@ class Preparer:
         local.remember(builder.obj.id, [*plan.past, *plan.items])
         return builder.obj.id, builder.events
 
-    async def ready(self, caller: Caller, req: CreateResponse, plan: Plan,
-                    rendered: Rendered, *, background: bool) -> Prepared | PrepareLater:
+    async def ready(self, caller: Caller, plan: Plan, rendered: Rendered, *,
+                    background: bool) -> Prepared | PrepareLater:
         """The turn as its supervisor takes it. With `context_management` past its
         threshold it is compacted first: now (a refusal is the create's 400), or, for a
         background job, by the job while it is queued (a refusal fails the job)."""
@@ -145,10 +145,10 @@ class Preparer:
             compact = functools.partial(self._compacted_only, caller, plan, rendered)
             return compact if background else await compact()
         if not self._needs_compaction(plan, rendered):
-            return finalize(req, plan, rendered, self._model.info, cache_scope=caller.scope)
+            return finalize(plan, rendered, self._model.info, cache_scope=caller.scope)
         if background:
-            return functools.partial(self._compacted, caller, req, plan, rendered)
-        return await self._compacted(caller, req, plan, rendered)
+            return functools.partial(self._compacted, caller, plan, rendered)
+        return await self._compacted(caller, plan, rendered)
 
     async def compact(self, caller: Caller, req: CompactRequest) -> CompactedHistory:
         """Summarizes a history into kept items plus one compaction item (a
@@ -320,8 +320,7 @@ class Preparer:
         return plan.compact_threshold is not None and (
             n >= plan.compact_threshold or n >= self._model.info.context_length)
 
-    async def _compacted(self, caller: Caller, req: CreateResponse, plan: Plan,
-                         rendered: Rendered) -> Prepared:
+    async def _compacted(self, caller: Caller, plan: Plan, rendered: Rendered) -> Prepared:
         """Compacts the plan's history before generation; the output will open with the
         compaction item, and the kept turn is the compacted one."""
         result = await compactor.compact(self._model, Transcript.of(plan),
@@ -329,7 +328,7 @@ class Preparer:
                                          cache_key=caller.key(""))
         compacted = attrs.evolve(plan, messages=result.messages)
         done = Compacted(result.item, result.before, result.after, result.usage)
-        return finalize(req, compacted, result.rendered, self._model.info, done,
+        return finalize(compacted, result.rendered, self._model.info, done,
                         cache_scope=caller.scope)
 
     async def _compacted_only(self, caller: Caller, plan: Plan, rendered: Rendered

@@ -128,8 +128,7 @@ class Turns:
             log.warning("dropped hosted tools this server cannot run: %s",
                         ", ".join(plan.dropped_tools))
         response_id = new_id("resp")
-        ready = await self._preparer.ready(caller, req, plan, rendered,
-                                           background=background)
+        ready = await self._preparer.ready(caller, plan, rendered, background=background)
         keeper: Keeper = keeping if local is None else LocalKeeper(keeping, local)
         ticket = await self._begin(caller)
         if ticket is not None:
