@@ -294,7 +294,7 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
         max_bytes=settings.conversation_store_max_bytes,
         ttl_secs=settings.conversation_store_ttl_secs, backend=backend).run)
     # The reasoning echo exists for the prompt cache: off with it (docs/configuration.md).
-    echo: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
+    reasoning: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
         max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
         backend=backend).run)
     info = model.info
@@ -312,7 +312,7 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
     if shared is not None:
         board = await nursery.start(JobBoard(shared, registry).run)
     limits: TenantLimitsHandle = await nursery.start(TenantLimits(backend.counters()).run)
-    stores = Stores(responses, conversations, echo)
+    stores = Stores(responses, conversations, reasoning)
     turns = Turns(model=model, registry=registry, stores=stores, limits=limits,
                   model_names=names,
                   hosted_tools=settings.hosted_tools,

@@ -260,7 +260,7 @@ OutputItem = Union[MessageItem, FunctionCallItem, CustomToolCallItem, ReasoningI
 
 @answer
 @attrs.frozen
-class ReasoningEcho:
+class ResponseReasoning:
     effort: str | None = None
     summary: str | None = None
     context: str | None = omitted()
@@ -268,7 +268,7 @@ class ReasoningEcho:
 
 @answer
 @attrs.frozen
-class TextEcho:
+class ResponseTextConfig:
     format: dict[str, Any]
     verbosity: str | None = omitted()
 
@@ -292,10 +292,10 @@ class EchoedFields:
     parallel_tool_calls: bool
     previous_response_id: str | None
     conversation: ConversationRef | None
-    reasoning: ReasoningEcho
+    reasoning: ResponseReasoning
     store: bool
     temperature: float
-    text: TextEcho
+    text: ResponseTextConfig
     tool_choice: str | dict[str, Any]
     tools: list[dict[str, Any]]
     top_p: float

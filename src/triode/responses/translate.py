@@ -18,7 +18,8 @@ from ..model.request import Sampling
 from . import compaction, wire
 from .items import chat_messages, input_items
 from .objects import (ConversationRef, CustomToolCallItem, CustomToolCallOutputItem, Echo,
-                      FunctionCallItem, FunctionCallOutputItem, Item, ReasoningEcho, TextEcho)
+                      FunctionCallItem, FunctionCallOutputItem, Item, ResponseReasoning,
+                      ResponseTextConfig)
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
@@ -275,10 +276,11 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
     store = True if req.store is None else req.store
     text_format = (attrs.asdict(req.text.format, filter=lambda a, v: v is not None)
                    if req.text and req.text.format else {"type": "text"})
-    reasoning = ReasoningEcho(req.reasoning.effort if req.reasoning else None,
-                              req.reasoning.summary if req.reasoning else None,
-                              (req.reasoning.context or None) if req.reasoning else None)
-    text = TextEcho(text_format, (req.text.verbosity or None) if req.text else None)
+    reasoning = ResponseReasoning(req.reasoning.effort if req.reasoning else None,
+                                  req.reasoning.summary if req.reasoning else None,
+                                  (req.reasoning.context or None) if req.reasoning else None)
+    text = ResponseTextConfig(text_format,
+                              (req.text.verbosity or None) if req.text else None)
     echo = Echo(
         instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,

@@ -50,7 +50,7 @@ async def reachable_store_statistics(stores: Stores) -> dict[str, BudgetStatisti
     stats: dict[str, BudgetStatistics | None] = {}
     for name, store in (("responses", stores.responses),
                         ("conversations", stores.conversations),
-                        ("reasoning_echo", stores.echo)):
+                        ("reasoning_echo", stores.reasoning)):
         try:
             stats[name] = await store.statistics()
         except StoreUnavailable:

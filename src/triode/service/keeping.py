@@ -41,7 +41,7 @@ class ResponseKeeper:
     def __init__(self, stores: Stores):
         self._responses = stores.responses
         self._conversations = stores.conversations
-        self._echo = stores.echo
+        self._reasoning = stores.reasoning
 
     async def check_reachable(self, plan: Plan, *, background: bool) -> None:
         """A shared store that a turn's end writes to and that is down now: 503 before any
@@ -83,7 +83,7 @@ class ResponseKeeper:
         if obj.status not in FINISHED_STATUSES:
             return  # a failed or cancelled turn adds nothing
         turn = [*plan.messages, *chat_messages(None, obj.output)]
-        await self._echo.remember((key, m["reasoning_content"])
+        await self._reasoning.remember((key, m["reasoning_content"])
                                   for m, key in zip(turn, turn_keys(turn))
                                   if key is not None and m.get("reasoning_content"))
         if plan.conversation is not None:

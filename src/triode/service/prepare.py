@@ -270,8 +270,8 @@ class Preparer:
         bare = [(i, key) for i, key in enumerate(turn_keys(messages))
                 if key is not None and "reasoning_content" not in messages[i]]
         restored = list(messages)
-        echo = self._stores.of(caller).echo
-        for (i, _), text in zip(bare, await echo.recall(key for _, key in bare)):
+        reasoning = self._stores.of(caller).reasoning
+        for (i, _), text in zip(bare, await reasoning.recall(key for _, key in bare)):
             if text is not None:
                 restored[i] = {**messages[i], "reasoning_content": text}
         return restored

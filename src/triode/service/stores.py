@@ -15,7 +15,7 @@ from ..tenants import Caller
 class Stores:
     responses: ResponseStoreHandle
     conversations: ConversationStoreHandle
-    echo: ReasoningEchoHandle
+    reasoning: ReasoningEchoHandle   # the reasoning echo
 
     def of(self, caller: Caller) -> Stores:
         """The handles that read and write `caller`'s names (cheap: three small values)."""
@@ -23,4 +23,4 @@ class Stores:
             return self
         return Stores(attrs.evolve(self.responses, scope=caller.scope),
                       attrs.evolve(self.conversations, scope=caller.scope),
-                      attrs.evolve(self.echo, scope=caller.scope))
+                      attrs.evolve(self.reasoning, scope=caller.scope))
