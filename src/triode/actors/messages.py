@@ -13,7 +13,7 @@ import trio
 from ..model.engine import Command, StepOutput
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest
-from ..model.speculation import SpeculationStatistics
+from ..model.speculative_stats import SpeculationStatistics
 from .mailbox import ReplyChannel as Reply
 
 

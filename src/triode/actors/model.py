@@ -35,7 +35,7 @@ from ..model.engine import (Command, Engine, EngineOptions, Exchange, Insert, Re
 from ..model.loading import ModelInfo
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
-from ..model.speculation import SpeculationStatistics
+from ..model.speculative_stats import SpeculationStatistics
 from ..model.vision import prompter_of
 from ..responses.items import message_images
 from .mailbox import answer, ask

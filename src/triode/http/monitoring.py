@@ -22,7 +22,7 @@ from quart import Response, current_app
 from ..storage.budget import BudgetStatistics
 from ..actors.messages import HistogramStatistics, ModelStatistics
 from ..actors.registry import RegistryStatistics
-from ..model.speculation import SpeculationStatistics
+from ..model.speculative_stats import SpeculationStatistics
 from ..service import figures
 from ..system import Handles
 from .access import AccessLog

@@ -26,7 +26,7 @@ from .disk_cache import LOAD_POLL_SECONDS, DiskTier
 from .prompt_cache import (PROMPT_CACHE_KEY, CacheFigures, PromptCache, needs_snapshots,
                            snapshot_point, turn_close)
 from .request import GenerationRequest, Sampling
-from .speculation import SpeculationStatistics
+from .speculative_stats import SpeculationStatistics
 from .vision import Vision, load_vision, vision_config
 from .window import window_caches
 

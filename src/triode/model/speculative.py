@@ -52,7 +52,7 @@ from typing import Any, Callable, Sequence, cast
 import attrs
 import mlx.core as mx
 
-from .speculation import GuardStatistics, SpeculationStatistics
+from .speculative_stats import GuardStatistics, SpeculationStatistics
 
 # mlx-lm's classes, untyped: subclassed and called as Any.
 _generate = importlib.import_module("mlx_lm.generate")

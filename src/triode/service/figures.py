@@ -18,7 +18,7 @@ from ..actors.messages import ModelStatistics
 from ..actors.model import ModelHandle
 from ..actors.registry import RegistryHandle, RegistryStatistics
 from ..errors import StoreUnavailable
-from ..model.speculation import SpeculationStatistics
+from ..model.speculative_stats import SpeculationStatistics
 from .stores import Stores
 
 
