@@ -16,8 +16,6 @@ from typing import Iterator
 import httpx
 from websockets.sync.client import connect
 
-from triode.http.access import AccessRecord, access_line
-from triode.responses.objects import Usage, plain, usage
 from triode.settings import resolve
 
 from ..conftest import run_server, wait_until
@@ -40,72 +38,6 @@ def line_for(log: list[str], method: str, path: str) -> re.Match[str]:
 
 def fields(match: re.Match[str]) -> dict[str, str]:
     return dict(part.split("=", 1) for part in match["rest"].split() if "=" in part)
-
-
-def counts(used: Usage | None) -> tuple[int, int, int] | None:
-    """A record's tokens: (input, cached, output)."""
-    return None if used is None else (used.input_tokens, used.cached_tokens, used.output_tokens)
-
-
-def a_response(status: str, **counts: int) -> dict:
-    return {"id": "resp_abc123", "object": "response", "status": status,
-            "output": [], "usage": plain(usage(**counts)), "previous_response_id": "resp_older"}
-
-
-def test_the_app_tells_the_record_the_response_and_its_usage():
-    """The record keeps what the app tells it: a response object's id, and its usage once
-    the object is in a terminal status (a queued or running one's is all 0 and is left out;
-    a compaction, which has no status, counts); a stream's terminal events count responses
-    and add up their tokens, error events count errors, other events nothing."""
-    record = AccessRecord()
-    record.record_object(a_response("completed", input_tokens=12, output_tokens=5,
-                                    cached_tokens=4))
-    assert (record.response_id, counts(record.usage)) == ("resp_abc123", (12, 4, 5))
-
-    for status in ("queued", "in_progress"):
-        record = AccessRecord()
-        record.record_object(a_response(status))
-        assert (record.response_id, counts(record.usage)) == ("resp_abc123", None)
-
-    record = AccessRecord()
-    record.record_object({"id": "resp_cmp", "object": "response.compaction",
-                          "usage": plain(usage(input_tokens=30, output_tokens=7))})
-    assert (record.response_id, counts(record.usage)) == ("resp_cmp", (30, 0, 7))
-
-    record = AccessRecord()
-    done = a_response("completed", input_tokens=12, output_tokens=5, cached_tokens=4)
-    for event in ({"type": "response.created", "response": a_response("queued")},
-                  {"type": "response.output_text.delta", "delta": "hi"},
-                  {"type": "response.completed", "response": done},
-                  {"type": "error", "error": {"message": "no"}, "status": 400},
-                  {"type": "response.incomplete", "response": a_response(
-                      "incomplete", input_tokens=3, output_tokens=2)}):
-        record.record_event(event)
-    assert (record.responses, record.errors, counts(record.usage)) == (2, 1, (15, 4, 7))
-    assert record.response_id is None   # a stream's id is told by its route, once
-
-
-def test_a_line_shows_what_the_record_was_told():
-    """The line's fields are the record's: an untold record gives a bare line, a told one
-    its response and tokens; a WebSocket's shows its responses and errors."""
-    scope = {"type": "http", "client": ("127.0.0.1", 5), "method": "POST",
-             "raw_path": b"/v1/responses", "query_string": b""}
-    assert access_line(scope, AccessRecord(status=200), 0.05) == (
-        "127.0.0.1 POST /v1/responses 200 0.050s")
-    told = AccessRecord(status=200)
-    told.record_response("resp_abc123")
-    told.record_usage(usage(14, 2, cached_tokens=0))
-    assert access_line(scope, told, 0.05).endswith(
-        " 200 0.050s response=resp_abc123 input_tokens=14 cached_tokens=0 output_tokens=2")
-    told.record_drafts(1)
-    assert access_line(scope, told, 0.05).endswith(" output_tokens=2 accepted_drafts=1")
-    socket = AccessRecord(status=101, responses=2, errors=1)
-    socket.record_usage(usage(10, 4, cached_tokens=2))
-    socket.record_usage(usage(20, 5, cached_tokens=10))
-    assert access_line({**scope, "type": "websocket", "raw_path": b"/v1/responses"},
-                       socket, 8.19) == (
-        "127.0.0.1 GET /v1/responses 101 8.190s websocket responses=2 errors=1 "
-        "input_tokens=30 cached_tokens=12 output_tokens=9")
 
 
 def test_one_line_per_request_by_default():

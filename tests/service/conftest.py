@@ -17,6 +17,8 @@ from triode.actors.registry import Registry, RegistryHandle
 from triode.actors.store import (ConversationStore, ConversationStoreHandle,
                                  ReasoningEchoHandle, ReasoningEchoStore, ResponseStore,
                                  ResponseStoreHandle)
+from triode.actors.messages import (GenerationStatistics, HistogramStatistics, ModelStatistics,
+                                    PromptCacheStatistics)
 from triode.errors import StoreUnavailable
 from triode.model.engine import StepOutput
 from triode.model.loading import ModelInfo
@@ -59,9 +61,10 @@ class FakeAdmission:
 
 
 class FakeModel:
-    """What the turn service and the Supervisor use of a ModelHandle. `render` writes the
-    chat as JSON (a token per word); `generate` answers `reply`, a word per step, and when
-    `hold` is set it stops after the first word until the event is set."""
+    """What the turn service, the Supervisor and the figures use of a ModelHandle. `render`
+    writes the chat as JSON (a token per word); `generate` answers `reply`, a word per step,
+    and when `hold` is set it stops after the first word until the event is set;
+    `statistics` reports `alive` as the engine's state and the generations so far."""
 
     def __init__(self, *, context_length: int = 4096, reply: str = "hello there") -> None:
         self.info = ModelInfo(path=MODEL, context_length=context_length, eos_token_ids=(0,),
@@ -70,6 +73,7 @@ class FakeModel:
         self.reply = reply
         self.hold: trio.Event | None = None
         self.generated: list[GenerationRequest] = []
+        self.alive = True
 
     async def render(self, messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None = None,
@@ -93,6 +97,17 @@ class FakeModel:
                 yield StepOutput(len(self.generated), i + 1, word, "stop" if last else None)
 
         yield FakeAdmission(len(self.generated), outputs())
+
+    async def statistics(self) -> ModelStatistics:
+        empty = HistogramStatistics((1.0,), (0,), 0, 0.0)
+        return ModelStatistics(
+            slots_total=4, slots_busy=0, queue_depth=0, queue_max=16, engine_alive=self.alive,
+            engine_restarts=0, engine_error=None if self.alive else "engine down",
+            steps=0, tokens_generated=0, requests_admitted=len(self.generated),
+            requests_rejected=0, rendering=0,
+            prompt_cache=PromptCacheStatistics(0, 0, 0, 0, 0),
+            generation=GenerationStatistics(len(self.generated), 0, {}, empty, empty, empty,
+                                            empty))
 
 
 class FlakyEntries:

@@ -1,6 +1,6 @@
-"""The media step of preparing a turn (service/media.py, model/media.py) without a server:
-images for a vision model, decoding limits at their edges, the fetch rule's address guard
-and deadline, and cancellation of a decode in progress."""
+"""The media step of preparing a turn (service/media.py) without a server: images for a
+vision model, decoding limits at their edges, the fetch rule's address guard and deadline,
+and cancellation of a decode in progress."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import trio
 
 from triode.errors import InvalidRequest
 from triode.model import media
-from triode.model.media import Blob, MediaError
+from triode.model.media import MediaError
 from triode.responses.convert import structure
 from triode.responses.items import chat_messages, input_items, message_images
 from triode.responses.wire import CreateResponse
@@ -106,26 +106,6 @@ async def test_media_byte_limit_is_exact():
             "file_data": "data:text/plain;base64," + base64.b64encode(b"a" * 11).decode()}
     err = await refused(m, [over])
     assert err.param == "input[0].content[0].file_data" and "10-byte" in err.message
-
-
-def test_pdf_pages_are_limited_and_read_in_order():
-    """Text from every page in order; a PDF with more pages than the limit is refused."""
-    pdf = text_pdf(["one", "two", "three"])
-    assert media.pdf_text(pdf) == "one\n\ntwo\n\nthree"
-    assert media.pdf_text(pdf, max_pages=3) == "one\n\ntwo\n\nthree"
-    with pytest.raises(MediaError, match="3 pages; the limit is 2"):
-        media.pdf_text(pdf, max_pages=2)
-
-
-def test_text_types_are_told_from_type_name_and_bytes():
-    """Declared text types, known suffixes and undeclared UTF-8 are text; PDF by type, name
-    or magic; other binary types are refused."""
-    assert media.file_kind(Blob(b"a,b", "text/csv"), None) == "text"
-    assert media.file_kind(Blob(b"x = 1"), "main.py") == "text"
-    assert media.file_kind(Blob(b"plain words"), None) == "text"
-    assert media.file_kind(Blob(text_pdf(["x"])), None) == "pdf"
-    with pytest.raises(MediaError, match="unsupported file type"):
-        media.file_kind(Blob(b"\x00\x01\x02", "application/octet-stream"), "a.bin")
 
 
 def test_a_wildcard_does_not_reach_private_addresses():
