@@ -13,7 +13,7 @@ tower at 448 px (1,024 patches pooled into 256 image tokens, as a released Gemma
 image) before a 4-layer Gemma 3 of hidden 1024 (8 / 4 heads of 128). Each image
 is a distinct 640 x 480 PNG of random pixels. The steps are triode's own, in process:
 
-- check: `model.media.decode_image` (the request's media step: decode, pixel limit, digest);
+- check: `model.decoding.decode_image` (the request's media step: decode, pixel limit, digest);
 - process: the processor's resize, crop and normalization (`VisionPrompter.expand`, while
   the prompt is rendered, on the trio side's worker threads);
 - vision: the vision tower and projector for an image not seen before, and writing its
@@ -77,7 +77,7 @@ SHAPES = {
 def measure(name: str, images: int) -> dict[str, float]:
     import mlx.core as mx
 
-    from triode.model import media
+    from triode.model import decoding as media
     from triode.model.vision import load_vision, prompter_of
 
     from triode.model import blas

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from triode.service.jobs import RESTARTED
+from triode.service.background import RESTARTED
 
 from ..conftest import REDIS_URL, run_server, wait_until
 from ..test_startup import fails_with, serve

@@ -25,7 +25,7 @@ from triode.model.loading import ModelInfo
 from triode.model.request import GenerationRequest, Rendered
 from triode.responses.convert import structure
 from triode.responses.wire import CreateResponse
-from triode.service.jobs import Jobs
+from triode.service.background import Jobs
 from triode.service.keeping import ResponseKeeper
 from triode.service.media import Media
 from triode.service.prepare import Preparer

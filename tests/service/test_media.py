@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from triode.errors import InvalidRequest
-from triode.model import media
-from triode.model.media import MediaError
+from triode.model import decoding as media
+from triode.model.decoding import MediaError
 from triode.responses.convert import structure
 from triode.responses.items import chat_messages, input_items, message_images
 from triode.responses.wire import CreateResponse

@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypedDict, T
 from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
-from ..service.jobs import LiveResponse
+from ..service.background import LiveResponse
 from ..errors import NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Sequence
 import trio
 
 from ..responses.objects import AnyEvent, dumps, event_type
-from ..service.jobs import LiveResponse
+from ..service.background import LiveResponse
 
 # While tokens stream, a reader wakes at most this often (or at the end), so under load a
 # write carries several steps' deltas instead of one send per step each.

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import attrs
 
 from ..errors import InvalidRequest, SettingsError
-from .media import DETAIL_PIXELS, parse_data_url
+from .decoding import DETAIL_PIXELS, parse_data_url
 from .request import ImageSpan
 
 # Rows of image features the engine keeps (a ring): each image uses as many as it has tokens

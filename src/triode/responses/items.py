@@ -17,7 +17,7 @@ import json
 from typing import Any, Sequence
 
 from ..errors import InvalidRequest
-from ..model.media import is_data_url
+from ..model.decoding import is_data_url
 from . import compaction, wire
 from .ids import new_id
 from .objects import (AdditionalToolsItem, CompactionItem, ContentPart, CustomToolCallItem,

@@ -25,8 +25,8 @@ import attrs
 import trio
 
 from ..errors import InvalidRequest
-from ..model import media
-from ..model.media import Blob, MediaError
+from ..model import decoding as media
+from ..model.decoding import Blob, MediaError
 from ..responses.wire import (ContentPart, CustomToolCallOutput, FunctionCallOutput,
                               InputFile, InputImage, InputItem, InputText, Message)
 

@@ -35,7 +35,7 @@ from ..responses.wire import (CompactionTrigger, CompactRequest, CreateResponse,
                               ItemReference, Message)
 from . import compactor
 from .compactor import Transcript
-from .jobs import Jobs
+from .background import Jobs
 from .keeping import LocalResponses
 from .media import Media
 from .stores import Stores

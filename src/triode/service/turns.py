@@ -34,7 +34,7 @@ from ..responses.ids import new_id
 from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, StreamEvent
 from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
-from .jobs import Jobs, LiveResponse
+from .background import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
 from .media import Media, MediaLimits
 from .prepare import Preparer

@@ -1,12 +1,12 @@
-"""model/media.py's decoders without a server: a PDF's pages, and what kind of file a blob
+"""model/decoding.py's decoders without a server: a PDF's pages, and what kind of file a blob
 is."""
 
 from __future__ import annotations
 
 import pytest
 
-from triode.model import media
-from triode.model.media import Blob, MediaError
+from triode.model import decoding as media
+from triode.model.decoding import Blob, MediaError
 
 from ..fixtures.media import text_pdf
 

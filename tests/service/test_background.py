@@ -20,7 +20,7 @@ from triode.actors.registry import Registry
 from triode.errors import InvalidRequest, NotFound
 from triode.responses.builder import ResponseBuilder
 from triode.responses.lifecycle import Status
-from triode.service.jobs import ORPHANED, RESTARTED
+from triode.service.background import ORPHANED, RESTARTED
 
 from ..conftest import REDIS_URL
 from .conftest import CALLER, FakeModel, record_json, request, start_service, statuses, until
