@@ -14,6 +14,12 @@ from typing import Iterator
 import httpx
 import pytest
 
+from triode.model import blas
+
+# MKL loads before MLX or never (model/blas.py): the tests that need it (cpu_attention,
+# precision, gguf) must not depend on which test module a worker happened to import first.
+blas.preload_blas("auto")
+
 STARTUP_TIMEOUT = 120.0
 
 
