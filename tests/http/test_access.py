@@ -7,7 +7,13 @@ import logging
 
 from triode.http.access import (CLIENT_CLOSED, SCOPE_KEY, UNMATCHED, AccessLog, AccessRecord,
                                 access_line, access_record, record_route)
-from triode.responses.objects import Usage, plain, usage
+from triode.model.request import Sampling
+from triode.responses import translate, wire
+from triode.responses.builder import ResponseBuilder
+from triode.responses.convert import structure
+from triode.responses.lifecycle import Status
+from triode.responses.objects import (CompactedHistory, ResponseEvent, ResponseObject,
+                                      TextDeltaEvent, Usage, usage)
 
 
 def counts(used: Usage | None) -> tuple[int, int, int] | None:
@@ -15,9 +21,13 @@ def counts(used: Usage | None) -> tuple[int, int, int] | None:
     return None if used is None else (used.input_tokens, used.cached_tokens, used.output_tokens)
 
 
-def a_response(status: str, **counts: int) -> dict:
-    return {"id": "resp_abc123", "object": "response", "status": status,
-            "output": [], "usage": plain(usage(**counts)), "previous_response_id": "resp_older"}
+def a_response(status: str, **counts: int) -> ResponseObject:
+    obj = ResponseBuilder("resp_abc123", translate.plan(structure(
+        {"model": "m", "input": "hi", "previous_response_id": "resp_older"},
+        wire.CreateResponse), Sampling()).echo).obj
+    obj.status = Status(status)
+    obj.usage = usage(**counts)
+    return obj
 
 
 def test_the_app_tells_the_record_the_response_and_its_usage():
@@ -36,19 +46,26 @@ def test_the_app_tells_the_record_the_response_and_its_usage():
         assert (record.response_id, counts(record.usage)) == ("resp_abc123", None)
 
     record = AccessRecord()
-    record.record_object({"id": "resp_cmp", "object": "response.compaction",
-                          "usage": plain(usage(input_tokens=30, output_tokens=7))})
+    record.record_object(CompactedHistory(id="resp_cmp", created_at=0, model="m", output=[],
+                                          usage=usage(input_tokens=30, output_tokens=7)))
     assert (record.response_id, counts(record.usage)) == ("resp_cmp", (30, 0, 7))
 
     record = AccessRecord()
     done = a_response("completed", input_tokens=12, output_tokens=5, cached_tokens=4)
-    for event in ({"type": "response.created", "response": a_response("queued")},
-                  {"type": "response.output_text.delta", "delta": "hi"},
-                  {"type": "response.completed", "response": done},
-                  {"type": "error", "error": {"message": "no"}, "status": 400},
-                  {"type": "response.incomplete", "response": a_response(
-                      "incomplete", input_tokens=3, output_tokens=2)}):
-        record.record_event(event)
+    for event in (ResponseEvent(type="response.created", sequence_number=0,
+                                response=a_response("queued")),
+                  TextDeltaEvent(type="response.output_text.delta", sequence_number=1,
+                                 item_id="msg_1", output_index=0, content_index=0,
+                                 delta="hi"),
+                  ResponseEvent(type="response.completed", sequence_number=2, response=done),
+                  None,   # an error frame (a WebSocket's)
+                  ResponseEvent(type="response.incomplete", sequence_number=3,
+                                response=a_response("incomplete", input_tokens=3,
+                                                    output_tokens=2))):
+        if event is None:
+            record.record_error()
+        else:
+            record.record_event(event)
     assert (record.responses, record.errors, counts(record.usage)) == (2, 1, (15, 4, 7))
     assert record.response_id is None   # a stream's id is told by its route, once
 

@@ -9,10 +9,26 @@ from typing import Any, AsyncIterator
 import trio
 
 from triode.http import sse
+from triode.model.request import Sampling
+from triode.responses import translate, wire
+from triode.responses.builder import ResponseBuilder
+from triode.responses.convert import structure
+from triode.responses.objects import (ResponseEvent, StreamEvent, TextDeltaEvent,
+                                      TextDoneEvent, plain)
+
+RESPONSE = ResponseBuilder("resp_1", translate.plan(structure(
+    {"model": "m", "input": "hi"}, wire.CreateResponse), Sampling()).echo).obj
 
 
-def event(kind: str, n: int, **fields: Any) -> dict[str, Any]:
-    return {"type": kind, "sequence_number": n, **fields}
+def event(kind: str, n: int, delta: str = "a") -> StreamEvent:
+    """A typed event of `kind` with sequence number `n` (a text delta's `delta`)."""
+    if kind.endswith(".delta"):
+        return TextDeltaEvent(type=kind, sequence_number=n, item_id="msg_1", output_index=0,
+                              content_index=0, delta=delta)
+    if kind.endswith("_text.done"):
+        return TextDoneEvent(type=kind, sequence_number=n, item_id="msg_1", output_index=0,
+                             content_index=0, text=delta)
+    return ResponseEvent(type=kind, sequence_number=n, response=RESPONSE)
 
 
 def parsed(body: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -29,10 +45,10 @@ def test_events_are_framed_back_to_back_each_named_by_its_type():
     """Each event is `event: <type>` and its JSON on one `data:` line, ended by a blank
     line; several go in one write; nothing follows the last (no `[DONE]`)."""
     events = [event("response.output_text.delta", 3, delta="a\nb"),
-              event("response.completed", 4, response={"id": "resp_1"})]
+              event("response.completed", 4)]
     body = sse.frames(events)
-    assert parsed(body) == [(e["type"], e) for e in events]
-    assert body.endswith(b'"id":"resp_1"}}\n\n')
+    assert parsed(body) == [(e.type, plain(e)) for e in events]
+    assert body.endswith(b'}}\n\n')
     assert b"[DONE]" not in body
 
 
@@ -47,13 +63,13 @@ class Live:
 
     response_id = "resp_1"
 
-    def __init__(self, *batches: list[dict[str, Any]], more_after: float | None = None
+    def __init__(self, *batches: list[StreamEvent], more_after: float | None = None
                  ) -> None:
         self.batches = batches
         self.more_after = more_after
 
     async def follow_batches(self, starting_after: int = -1
-                             ) -> AsyncIterator[list[dict[str, Any]]]:
+                             ) -> AsyncIterator[list[StreamEvent]]:
         for batch in self.batches:
             yield batch
 
@@ -67,7 +83,7 @@ async def times_of(live: Live) -> list[tuple[list[int], float]]:
     """Each batch `coalesced` yields (its sequence numbers) and when, from the start, in
     microseconds."""
     began = trio.current_time()
-    return [([e["sequence_number"] for e in batch], round((trio.current_time() - began) * 1e6))
+    return [([e.sequence_number for e in batch], round((trio.current_time() - began) * 1e6))
             async for batch in sse.coalesced(live)]
 
 

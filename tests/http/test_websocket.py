@@ -11,6 +11,12 @@ import attrs
 import pytest
 import trio
 
+from triode.model.request import Sampling
+from triode.responses import translate, wire
+from triode.responses.builder import ResponseBuilder
+from triode.responses.convert import structure
+from triode.responses.lifecycle import Status
+from triode.responses.objects import ResponseEvent
 from triode.errors import InvalidRequest, ServerError
 from triode.http import websocket as ws_module
 from triode.http.websocket import Socket, _prewarm, error_frame, parse_frame
@@ -50,12 +56,13 @@ class FakeHandle:
     status: str
 
     async def follow_batches(self, starting_after: int = -1
-                             ) -> AsyncIterator[list[dict[str, Any]]]:
-        response = {"id": self.response_id, "status": self.status, "output": []}
-        yield [{"type": "response.created", "sequence_number": 0,
-                "response": {**response, "status": "in_progress"}}]
-        yield [{"type": f"response.{self.status}", "sequence_number": 1,
-                "response": response}]
+                             ) -> AsyncIterator[list[ResponseEvent]]:
+        response = ResponseBuilder(self.response_id, translate.plan(structure(
+            {"model": "m", "input": "hi"}, wire.CreateResponse), Sampling()).echo).obj
+        yield [ResponseEvent(type="response.created", sequence_number=0,
+                             response=attrs.evolve(response, status=Status.IN_PROGRESS))]
+        yield [ResponseEvent(type=f"response.{self.status}", sequence_number=1,
+                             response=attrs.evolve(response, status=Status(self.status)))]
 
     async def wait(self) -> None:
         return None

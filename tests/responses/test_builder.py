@@ -9,7 +9,7 @@ from triode.responses import translate, wire
 from triode.responses.builder import ResponseBuilder
 from triode.responses.convert import structure
 from triode.responses.lifecycle import Status
-from triode.responses.objects import event_type, plain, usage
+from triode.responses.objects import plain, usage
 
 
 def builder(**kwargs) -> ResponseBuilder:
@@ -22,7 +22,7 @@ def builder(**kwargs) -> ResponseBuilder:
 
 
 def types(built: ResponseBuilder) -> list[str]:
-    return [event_type(e) for e in built.events]
+    return [e.type for e in built.events]
 
 
 def test_the_stream_and_the_object_show_the_same_items_in_the_same_order():
@@ -37,7 +37,7 @@ def test_the_stream_and_the_object_show_the_same_items_in_the_same_order():
     built.call_done(0, "{}")
     built.enter(Status.COMPLETED, usage(3, 4))
     added = [plain(e)["item"]["id"] for e in built.events
-             if event_type(e) == "response.output_item.added"]
+             if e.type == "response.output_item.added"]
     assert added == [item.id for item in built.obj.output]
     assert [plain(e)["sequence_number"] for e in built.events] == list(range(len(built.events)))
     final = plain(built.events[-1])["response"]
@@ -75,7 +75,7 @@ def test_the_final_parse_of_a_call_wins_and_sends_what_the_deltas_missed():
     built.call_delta(0, '{"a"')
     built.call_done(0, '{"a": 1}')
     deltas = [plain(e)["delta"] for e in built.events
-              if event_type(e) == "response.function_call_arguments.delta"]
+              if e.type == "response.function_call_arguments.delta"]
     assert deltas == ['{"a"', ': 1}']
     done = plain(built.events[-2])
     assert (done["type"], done["arguments"]) == ("response.function_call_arguments.done",

@@ -24,6 +24,7 @@ from triode.model.engine import StepOutput
 from triode.model.loading import ModelInfo
 from triode.model.request import GenerationRequest, Rendered
 from triode.responses.convert import structure
+from triode.responses.objects import plain
 from triode.responses.wire import CreateResponse
 from triode.service.background import Jobs
 from triode.service.keeping import ResponseKeeper
@@ -216,5 +217,5 @@ async def until(predicate: Any, interval: float = 0.01) -> None:
         await trio.sleep(interval)
 
 
-def statuses(events: Sequence[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events]
+def statuses(events: Sequence[Any]) -> list[str]:
+    return [plain(e)["type"] for e in events]

@@ -132,7 +132,7 @@ async def test_the_reaper_stores_an_orphaned_job_as_failed(nursery, shared_board
         stored_events = await service.turns.stored_events(CALLER, "resp_orphan", -1)
         assert statuses(stored_events) == ["response.created", "response.in_progress",
                                            "response.failed"]
-        assert stored_events[-1]["sequence_number"] == 2
+        assert stored_events[-1].sequence_number == 2
         mirrored = [e for _, e in await board.events("resp_orphan")]
         assert mirrored == stored_events
         assert await board.owner("resp_orphan") is None

@@ -39,7 +39,7 @@ from typing import Any, Callable, TypeVar
 import attrs
 import trio
 
-from ..responses.objects import AnyEvent, dumps
+from ..responses.objects import StreamEvent, dumps, event_of
 from ..errors import StoreUnavailable
 from ..storage.backend import Board
 from ..storage.values import EVENTS_KEEP_SECS
@@ -142,12 +142,13 @@ class JobBoardHandle:
         token = await self._call(self._board.worker, owner)
         return token is not None and not process_gone(token)
 
-    async def events(self, response_id: str, after: str = "-") -> list[tuple[str, Any]]:
-        """The job's events after stream id `after` ("-": from the start)."""
+    async def events(self, response_id: str, after: str = "-"
+                     ) -> list[tuple[str, StreamEvent]]:
+        """The job's events after stream id `after` ("-": from the start), typed."""
         found = await self._call(self._board.events, response_id, after)
-        return [(sid, json.loads(raw)) for sid, raw in found]
+        return [(sid, event_of(json.loads(raw))) for sid, raw in found]
 
-    async def add_event(self, response_id: str, event: AnyEvent) -> None:
+    async def add_event(self, response_id: str, event: StreamEvent) -> None:
         await self._call(self._board.add_events, response_id, [dumps(event).encode()])
 
     async def request_cancel(self, response_id: str) -> None:

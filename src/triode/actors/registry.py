@@ -22,7 +22,7 @@ import outcome
 import trio
 
 from ..errors import Overloaded, RateLimited
-from ..responses.lifecycle import Status, is_terminal
+from ..responses.lifecycle import is_terminal
 from .mailbox import ReplyChannel, answer, ask, reply_with
 from .supervisor import ResponseSummary, Supervisor, SupervisorHandle
 

@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from ..responses.conversations import conversation_object
-from ..responses.objects import AnyEvent, Item
+from ..responses.objects import Item, StreamEvent
 from ..storage.backend import Backend
 from ..storage.budget import BudgetStatistics
 from ..storage.memory import MEMORY
@@ -192,7 +192,7 @@ class ResponseStoreHandle(StoreHandle):
         """Returns the stored response, or None; counts as a use for LRU."""
         return await self._get_stored(response_id)
 
-    async def get_events(self, response_id: str) -> list[AnyEvent] | None:
+    async def get_events(self, response_id: str) -> list[StreamEvent] | None:
         """Returns the stored stream events, or None; counts as a use for LRU."""
         stored = await self._get_stored(response_id)
         return None if stored is None else stored.events()

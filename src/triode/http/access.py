@@ -28,8 +28,8 @@ import attrs
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
-from ..responses.objects import (AnyEvent, CompactedHistory, ResponseEvent, ResponseObject,
-                                Usage, event_type, usage)
+from ..responses.objects import (StreamEvent, CompactedHistory, ResponseEvent, ResponseObject,
+                                Usage)
 
 log = logging.getLogger("triode.access")
 
@@ -81,42 +81,27 @@ class AccessRecord:
         drafted and the model accepted."""
         self.accepted_drafts = accepted
 
-    def record_object(self, obj: ResponseObject | CompactedHistory | Mapping[str, Any]
-                      ) -> None:
+    def record_object(self, obj: ResponseObject | CompactedHistory) -> None:
         """A response object (or a compaction) the request answered with: its id, and its
         usage once it has one. A queued or running object's usage is all 0 until it ends,
         so only an object in a terminal status (a compaction has no status: it is done)
-        counts its tokens. A stored object comes as its JSON."""
-        if isinstance(obj, ResponseObject):
-            self.record_response(obj.id)
-            if obj.status in TERMINAL_STATUSES:
-                self.record_usage(obj.usage)
-        elif isinstance(obj, CompactedHistory):
-            self.record_response(obj.id)
+        counts its tokens."""
+        self.record_response(obj.id)
+        if isinstance(obj, CompactedHistory) or obj.status in TERMINAL_STATUSES:
             self.record_usage(obj.usage)
-        else:
-            self.record_response(obj["id"])
-            status = obj.get("status")
-            if status is None or status in TERMINAL_STATUSES:
-                self._record_usage_json(obj.get("usage"))
 
-    def record_event(self, event: AnyEvent) -> None:
+    def record_event(self, event: StreamEvent) -> None:
         """A stream event about to be sent: a terminal one ends a response (its tokens are
-        counted), an error one is an error frame. The other events count for nothing."""
-        kind = event_type(event)
-        if kind in TERMINAL_EVENTS:
+        counted). The other events count for nothing."""
+        if event.type in TERMINAL_EVENTS:
             self.responses += 1
             if isinstance(event, ResponseEvent):
                 self.record_usage(event.response.usage)
-            elif isinstance(event, dict):
-                self._record_usage_json(event["response"].get("usage"))
-        elif kind == "error":
-            self.errors += 1
 
-    def _record_usage_json(self, used: Mapping[str, Any] | None) -> None:
-        if used is not None:
-            self.record_usage(usage(used["input_tokens"], used["output_tokens"],
-                                    used["input_tokens_details"]["cached_tokens"]))
+    def record_error(self) -> None:
+        """An error frame about to be sent (a WebSocket's)."""
+        self.errors += 1
+
 
 
 def access_record(scope: Mapping[str, Any]) -> AccessRecord:

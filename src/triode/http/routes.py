@@ -12,7 +12,7 @@ from ..service.background import LiveResponse
 from ..errors import NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
-from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject
+from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent
 from ..responses.wire import CompactRequest, CreateResponse, InputTokensRequest
 from ..service.turns import Started
 from ..system import Handles
@@ -32,7 +32,7 @@ def handles() -> Handles:
     return handles
 
 
-Told = TypeVar("Told", ResponseObject, CompactedHistory, dict[str, Any])
+Told = TypeVar("Told", ResponseObject, CompactedHistory)
 
 
 def told(obj: Told) -> Told:
@@ -308,7 +308,7 @@ async def stream_response(handle: LiveResponse, starting_after: int = -1, *,
     return await sse_response(frames())
 
 
-async def replay_response(events: Sequence[AnyEvent]) -> Response:
+async def replay_response(events: Sequence[StreamEvent]) -> Response:
     record = access_record(request.scope)
 
     async def frames() -> AsyncIterator[bytes]:

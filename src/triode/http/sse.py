@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Sequence
 
 import trio
 
-from ..responses.objects import AnyEvent, dumps, event_type
+from ..responses.objects import StreamEvent, dumps
 from ..service.background import LiveResponse
 
 # While tokens stream, a reader wakes at most this often (or at the end), so under load a
@@ -17,9 +17,9 @@ from ..service.background import LiveResponse
 COALESCE_SECS = 0.01
 
 
-def frames(events: Sequence[AnyEvent]) -> bytes:
+def frames(events: Sequence[StreamEvent]) -> bytes:
     """Several events framed back to back, for one write."""
-    return "".join([f"event: {event_type(e)}\ndata: {dumps(e)}\n\n" for e in events]).encode()
+    return "".join([f"event: {e.type}\ndata: {dumps(e)}\n\n" for e in events]).encode()
 
 
 def frame(kind: str, data: Any) -> bytes:
@@ -28,13 +28,13 @@ def frame(kind: str, data: Any) -> bytes:
 
 
 async def coalesced(handle: LiveResponse, starting_after: int = -1
-                    ) -> AsyncIterator[Sequence[AnyEvent]]:
+                    ) -> AsyncIterator[Sequence[StreamEvent]]:
     """A live response's events after `starting_after`, in batches: every event ready at a
     wake-up in one batch (one write), and after a batch that ends in a delta, a wait of up
     to COALESCE_SECS for more (the end is sent at once)."""
     async for batch in handle.follow_batches(starting_after):
         yield batch
-        if event_type(batch[-1]).endswith(".delta"):
+        if batch[-1].type.endswith(".delta"):
             with trio.move_on_after(COALESCE_SECS):
                 await handle.wait()
 

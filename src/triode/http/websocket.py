@@ -35,7 +35,7 @@ from ..actors.supervisor import SupervisorHandle
 from ..errors import APIError, InvalidRequest, PayloadTooLarge, ServerError
 from ..responses.convert import structure
 from ..responses.lifecycle import TERMINAL_EVENTS
-from ..responses.objects import AnyEvent, dumps, event_type, plain
+from ..responses.objects import StreamEvent, dumps, plain
 from ..responses.wire import CreateResponse
 from ..service.turns import LocalResponses, Turns
 from ..tenants import Caller
@@ -211,7 +211,7 @@ class Socket:
         ends `failed` evicts what it continued before the client hears of it."""
         last = None
         async for batch in sse.coalesced(handle):
-            last = event_type(batch[-1])
+            last = batch[-1].type
             if last == "response.failed":
                 self._evict(frame)
             await self._send_events(batch, stream_id)
@@ -221,15 +221,22 @@ class Socket:
             raise InvalidRequest(f"Response '{handle.response_id}' was cancelled.",
                                  code="response_cancelled")
 
-    async def _send_events(self, events: Sequence[AnyEvent], stream_id: str | None) -> None:
+    async def _send_events(self, events: Sequence[StreamEvent], stream_id: str | None) -> None:
         async with self._send_lock:
             for event in events:
                 self._access.record_event(event)
                 await websocket.send(dumps(event) if stream_id is None
                                      else dumps({**plain(event), "stream_id": stream_id}))
 
+    async def _send_frame(self, frame: dict[str, Any], stream_id: str | None) -> None:
+        """A frame that is no response's event (an error, a steer's answer)."""
+        async with self._send_lock:
+            await websocket.send(dumps(frame if stream_id is None
+                                       else {**frame, "stream_id": stream_id}))
+
     async def _send_error(self, exc: APIError, stream_id: str | None) -> None:
-        await self._send_events([error_frame(exc)], stream_id)
+        self._access.record_error()
+        await self._send_frame(error_frame(exc), stream_id)
 
     async def _steer(self, frame: dict[str, Any]) -> None:
         """`response.steer`: steering is not built, so every well-formed one is answered
@@ -259,7 +266,7 @@ class Socket:
                       "message": "Steering is not supported by this server: send the input "
                                  "in a response.create with previous_response_id once the "
                                  "response has ended"}}
-        await self._send_events([failed], self._streaming.get(target))
+        await self._send_frame(failed, self._streaming.get(target))
 
 
 def _prewarm(body: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ import attrs
 
 from ..errors import InvalidRequest
 from .lifecycle import TERMINAL_STATUSES, Status
-from .objects import AnyEvent, Item, ResponseError, ResponseEvent, ResponseObject
+from .objects import StreamEvent, Item, ResponseError, ResponseEvent, ResponseObject
 
 
 class StoredTurn(Protocol):
@@ -42,8 +42,8 @@ USAGE_BOUND = 10 ** 15 - 1   # more tokens than any count in a usage object will
 TOO_LARGE = ("the response is larger than --responses-store-max-bytes and could not be kept")
 
 
-def too_large(obj: ResponseObject, created: AnyEvent
-              ) -> tuple[ResponseObject, list[AnyEvent]]:
+def too_large(obj: ResponseObject, created: StreamEvent
+              ) -> tuple[ResponseObject, list[StreamEvent]]:
     """What is stored for a finished job whose final object the byte budget cannot hold:
     the object as `failed`, without output, and its events (the created one, then
     response.failed)."""

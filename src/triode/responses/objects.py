@@ -505,9 +505,6 @@ StreamEvent = Union[ResponseEvent, OutputItemEvent, ContentPartEvent, TextDeltaE
                     TextDoneEvent, CallDeltaEvent, CallDoneEvent, CompactionStartedEvent,
                     CompactionCompletedEvent]
 
-# An event as a reader gets it: one this process made, or one read back from a store (JSON).
-AnyEvent = Union[StreamEvent, dict[str, Any]]
-
 
 # ---- JSON --------------------------------------------------------------------------------
 
@@ -585,6 +582,33 @@ def response_of(value: dict[str, Any]) -> ResponseObject:
     return response
 
 
+# The stream events by their `type`: what a stored or mirrored event log is read back as.
+EVENT_TYPES: dict[str, type] = {
+    **dict.fromkeys(("response.created", "response.in_progress", "response.completed",
+                     "response.incomplete", "response.failed"), ResponseEvent),
+    **dict.fromkeys(("response.output_item.added", "response.output_item.done"),
+                    OutputItemEvent),
+    **dict.fromkeys(("response.content_part.added", "response.content_part.done"),
+                    ContentPartEvent),
+    **dict.fromkeys(("response.output_text.delta", "response.reasoning_text.delta"),
+                    TextDeltaEvent),
+    **dict.fromkeys(("response.output_text.done", "response.reasoning_text.done"),
+                    TextDoneEvent),
+    **dict.fromkeys(("response.function_call_arguments.delta",
+                     "response.custom_tool_call_input.delta"), CallDeltaEvent),
+    **dict.fromkeys(("response.function_call_arguments.done",
+                     "response.custom_tool_call_input.done"), CallDoneEvent),
+    "mlx.compaction.started": CompactionStartedEvent,
+    "mlx.compaction.completed": CompactionCompletedEvent,
+}
+
+
+def event_of(value: dict[str, Any]) -> StreamEvent:
+    """A stream event read back from its JSON (a store's event log, the job board's)."""
+    event: StreamEvent = _json.structure(value, EVENT_TYPES[value["type"]])
+    return event
+
+
 def plain(value: Any) -> Any:
     """The JSON-shaped value (dicts, lists, scalars) of any object here; a value that
     already is JSON-shaped (read back from a store) comes back as it is."""
@@ -600,11 +624,3 @@ def dumps(value: Any) -> str:
     return _encode(plain(value))
 
 
-def event_type(event: AnyEvent) -> str:
-    return event["type"] if isinstance(event, dict) else event.type
-
-
-def event_sequence(event: AnyEvent) -> int:
-    number: int = event["sequence_number"] if isinstance(event, dict) \
-        else event.sequence_number
-    return number

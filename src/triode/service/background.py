@@ -27,8 +27,8 @@ from ..errors import InvalidRequest, RateLimited, StoreUnavailable
 from ..responses import history
 from ..responses.builder import ResponseBuilder
 from ..responses.lifecycle import TERMINAL_STATUSES, Status
-from ..responses.objects import (AnyEvent, ResponseError, ResponseEvent, ResponseObject,
-                                event_sequence, usage)
+from ..responses.objects import (ResponseError, ResponseEvent, ResponseObject, StreamEvent,
+                                usage)
 from ..responses.translate import Plan
 from ..tenants import Caller, unscoped
 from .remote import RemoteJob
@@ -58,7 +58,7 @@ class LiveResponse(Protocol):
     async def wait(self) -> ResponseObject: ...
 
     def follow_batches(self, starting_after: int = -1
-                       ) -> AsyncIterator[Sequence[AnyEvent]]: ...
+                       ) -> AsyncIterator[Sequence[StreamEvent]]: ...
 
 
 class Jobs:
@@ -220,10 +220,10 @@ class Jobs:
         failed = attrs.evolve(record.response, status=Status.FAILED, output=[],
                               error=ResponseError("server_error", reason))
         assert self._board is not None
-        events: list[AnyEvent] = [e for _, e in await self._board.events(key)]
+        events: list[StreamEvent] = [e for _, e in await self._board.events(key)]
         closing = ResponseEvent(
             type="response.failed", response=failed,
-            sequence_number=event_sequence(events[-1]) + 1 if events else 0)
+            sequence_number=events[-1].sequence_number + 1 if events else 0)
         await responses.put(response_id,
                             record.with_response(failed).with_events([*events, closing]),
                             ephemeral=failed.store is False)

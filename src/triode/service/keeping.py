@@ -20,7 +20,7 @@ from ..errors import NotFound, StoreDisabled, StoreUnavailable
 from ..responses import history
 from ..responses.items import chat_messages, turn_keys
 from ..responses.lifecycle import FINISHED_STATUSES
-from ..responses.objects import AnyEvent, Item, ResponseObject, StreamEvent, event_sequence, plain
+from ..responses.objects import Item, ResponseObject, StreamEvent, plain
 from ..responses.translate import Plan
 from ..storage.records import StoredResponse
 from .stores import Stores
@@ -123,10 +123,10 @@ class ResponseKeeper:
         return rec
 
     async def stored_events(self, response_id: str, starting_after: int
-                            ) -> list[AnyEvent]:
+                            ) -> list[StreamEvent]:
         """A stored response's stream events after `starting_after`; 404 when none."""
         events = (await self.stored(response_id)).events()
-        return [e for e in events if event_sequence(e) > starting_after]
+        return [e for e in events if e.sequence_number > starting_after]
 
     async def input_items(self, response_id: str) -> list[dict[str, Any]]:
         """A stored response's input items, as the API lists them."""

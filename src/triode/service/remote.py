@@ -15,8 +15,8 @@ import attrs
 import trio
 
 from ..actors.jobs import JobBoardHandle
-from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status
-from ..responses.objects import AnyEvent, ResponseObject, event_sequence, response_of, usage
+from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status, is_terminal
+from ..responses.objects import ResponseEvent, ResponseObject, StreamEvent, usage
 from ..storage.records import StoredResponse
 
 # How often a follower on another process looks for new events of a remote job.
@@ -44,13 +44,13 @@ class RemoteJob:
         obj = record.response
         self.response_id: str = obj.id
         self.key = key or self.response_id
-        self.status = Status.QUEUED.value
+        self.status = Status.QUEUED
         self.deltas = 0
         self.timeline: list[list[Any]] = [[self.status, float(obj.created_at or time.time())]]
         self._board = board
         self._reread = reread
         self._keep_events = keep_events
-        self._events: list[AnyEvent] = []
+        self._events: list[StreamEvent] = []
         self._last = "-"
         self._started = False
         self._final: ResponseObject | None = None
@@ -73,7 +73,7 @@ class RemoteJob:
         return attrs.evolve(obj, status=Status.IN_PROGRESS if self._started else obj.status,
                             output=[], usage=usage())
 
-    async def read_on(self) -> list[AnyEvent]:
+    async def read_on(self) -> list[StreamEvent]:
         """Reads the board's events after those already read; returns the new ones."""
         found = await self._board.events(self.key, self._last)
         if found:
@@ -85,21 +85,21 @@ class RemoteJob:
             self._events += more
         return more
 
-    def _see(self, event: dict[str, Any]) -> None:
-        kind = event.get("type", "")
-        if kind.endswith(".delta"):
+    def _see(self, event: StreamEvent) -> None:
+        if event.type.endswith(".delta"):
             self.deltas += 1
-        elif kind == "response.in_progress":
+        if not isinstance(event, ResponseEvent):
+            return
+        if event.type == "response.in_progress":
             self._started = True
-            if self.status == Status.QUEUED.value:
-                self._stamp(Status.IN_PROGRESS.value)
-        elif kind.startswith("response.") and \
-                (status := event.get("response", {}).get("status")) in TERMINAL_STATUSES:
-            self._stamp(status)
-        if kind in TERMINAL_EVENTS and self._final is None:
-            self._final = response_of(event["response"])
+            if self.status == Status.QUEUED:
+                self._stamp(Status.IN_PROGRESS)
+        elif is_terminal(event.response.status):
+            self._stamp(event.response.status)
+        if event.type in TERMINAL_EVENTS and self._final is None:
+            self._final = event.response
 
-    def _stamp(self, status: str) -> None:
+    def _stamp(self, status: Status) -> None:
         self.status = status
         self.timeline.append([status, time.time()])
 
@@ -123,12 +123,12 @@ class RemoteJob:
         return self._final
 
     async def follow_batches(self, starting_after: int = -1
-                             ) -> AsyncIterator[list[AnyEvent]]:
+                             ) -> AsyncIterator[list[StreamEvent]]:
         sent = starting_after
         while True:
-            batch = [e for e in self._events if event_sequence(e) > sent]
+            batch = [e for e in self._events if e.sequence_number > sent]
             if batch:
-                sent = event_sequence(batch[-1])
+                sent = batch[-1].sequence_number
                 yield batch
             if self._final is not None:
                 return

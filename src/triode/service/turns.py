@@ -31,7 +31,7 @@ from ..actors.registry import RegistryHandle
 from ..actors.supervisor import Keeper, Supervisor, SupervisorHandle
 from ..errors import InvalidRequest
 from ..responses.ids import new_id
-from ..responses.objects import AnyEvent, CompactedHistory, ResponseObject, StreamEvent
+from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent
 from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .background import Jobs, LiveResponse
@@ -195,7 +195,7 @@ class Turns:
         return await self._keeper(caller).stored(response_id)
 
     async def stored_events(self, caller: Caller, response_id: str, starting_after: int
-                            ) -> list[AnyEvent]:
+                            ) -> list[StreamEvent]:
         """A stored response's stream events after `starting_after`; 404 when none."""
         return await self._keeper(caller).stored_events(response_id, starting_after)
 

@@ -21,8 +21,8 @@ from typing import Any, Iterable, Sequence
 
 import attrs
 
-from ..responses.objects import (AnyEvent, Item, ResponseObject, dumps, item_of, items_of,
-                                 plain, response_of)
+from ..responses.objects import (Item, ResponseObject, StreamEvent, dumps, event_of, item_of,
+                                 items_of, plain, response_of)
 
 
 def encode_json(obj: Any) -> bytes:
@@ -41,7 +41,7 @@ class StoredResponse:
 
     @classmethod
     def of(cls, response: ResponseObject, items: Sequence[Item],
-           events: Iterable[AnyEvent] = (), *, ephemeral: bool = False) -> "StoredResponse":
+           events: Iterable[StreamEvent] = (), *, ephemeral: bool = False) -> "StoredResponse":
         """The record of a response, its input items and its events."""
         return cls(encode_json(_record(response, items, ephemeral)),
                    encode_json(list(events)))
@@ -68,16 +68,15 @@ class StoredResponse:
     def ephemeral(self) -> bool:
         return bool(self._json.get("ephemeral"))
 
-    def events(self) -> list[AnyEvent]:
-        """Its stream events, decoded (fresh each call)."""
-        found: list[AnyEvent] = json.loads(self.event_log)
-        return found
+    def events(self) -> list[StreamEvent]:
+        """Its stream events, decoded and typed (fresh each call)."""
+        return [event_of(event) for event in json.loads(self.event_log)]
 
     def with_response(self, response: ResponseObject) -> "StoredResponse":
         """The same record (input, ephemeral, events) with another object."""
         return attrs.evolve(self, body=encode_json({**self._json, "response": plain(response)}))
 
-    def with_events(self, events: Iterable[AnyEvent]) -> "StoredResponse":
+    def with_events(self, events: Iterable[StreamEvent]) -> "StoredResponse":
         return attrs.evolve(self, event_log=encode_json(list(events)))
 
     def item_ids(self) -> tuple[str, ...]:
