@@ -11,8 +11,8 @@ from triode.responses import translate, wire
 from triode.responses.builder import ResponseBuilder
 from triode.responses.convert import structure
 from triode.responses.lifecycle import Status
-from triode.responses.objects import (ResponseError, ResponseObject, item_of, plain,
-                                     response_of, usage)
+from triode.responses.objects import (ResponseError, ResponseObject, dumps, event_of, item_of,
+                                     plain, response_of, usage)
 
 OPEN_RESPONSES_REQUIRED = (
     "id object created_at completed_at status incomplete_details model previous_response_id "
@@ -78,3 +78,15 @@ def test_stored_json_reads_back_as_the_same_objects():
     for item in builder.obj.output:
         assert item_of(plain(item)) == item
     assert isinstance(response_of(plain(builder.obj)), ResponseObject)
+
+
+@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("end", ["completed", "incomplete", "failed", "cancelled"])
+def test_an_event_read_back_from_its_json_is_the_event(end, background):
+    """A stored or mirrored event log is read back typed (`event_of`): every event the
+    builder makes comes back equal, and re-encodes to the same JSON (a replay sends what
+    was streamed)."""
+    events = built(end, background).events
+    for event in events:
+        back = event_of(plain(event))
+        assert back == event and dumps(back) == dumps(event)
