@@ -19,6 +19,7 @@ from triode.actors.store import (
     ResponseStoreHandle,
 )
 from triode.errors import StoreDisabled
+from triode.responses.objects import Item, item_of
 from triode.storage.records import encode_json
 
 
@@ -100,9 +101,9 @@ async def test_conversation_expires_at_exactly_the_ttl_counted_from_creation(nur
     """Appends do not restart a transcript's TTL: it is gone exactly ttl after creation."""
     conversations = await start_conversations(nursery, ttl_secs=10)
     created_at = trio.current_time()
-    await conversations.append("conv_1", [{"role": "user", "content": "hi"}])
+    await conversations.append("conv_1", [message("msg_1", "hi")])
     await trio.sleep_until(created_at + 5)
-    await conversations.append("conv_1", [{"role": "assistant", "content": "hello"}])
+    await conversations.append("conv_1", [message("msg_2", "hello", role="assistant")])
     await trio.sleep_until(created_at + 10 - 1e-6)
     assert len(await conversations.get("conv_1")) == 2
     await trio.sleep_until(created_at + 10)
@@ -115,7 +116,7 @@ async def test_expired_entries_are_swept_without_reads(nursery, clock):
     responses = await start_responses(nursery, ttl_secs=10)
     conversations = await start_conversations(nursery, ttl_secs=10)
     await responses.put("resp_1", stored({"id": "resp_1"}))
-    await conversations.append("conv_1", ["hi"])
+    await conversations.append("conv_1", [message("msg_1", "hi")])
     await trio.sleep(20)
     for store in (responses, conversations):
         stats = await store.statistics()
@@ -167,8 +168,10 @@ async def test_replacing_a_response_replaces_its_bytes(nursery):
 async def test_transcript_bytes_track_its_json_size(nursery):
     """A transcript's bytes are exactly its record's compact JSON: its object, then items."""
     conversations = await start_conversations(nursery)
-    first = [{"role": "user", "content": [{"type": "input_text", "text": "안녕"}]}]
-    second = [{"role": "assistant", "content": "hi"}, {"type": "function_call", "name": "f"}]
+    first = [message("msg_1", "안녕")]
+    second = [message("msg_2", "hi", role="assistant"),
+              item_of({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f",
+                       "arguments": "{}", "status": "completed"})]
     assert await conversations.append("conv_1", first)
     transcript = await conversations.get("conv_1")
     assert await conversations.append("conv_1", second)
@@ -184,9 +187,10 @@ def conversation(cid: str = "conv_1", **metadata: str) -> dict[str, Any]:
             "metadata": metadata}
 
 
-def message(mid: str, text: str) -> dict[str, Any]:
-    return {"type": "message", "id": mid, "role": "user",
-            "content": [{"type": "input_text", "text": text}]}
+def message(mid: str, text: str, role: str = "user") -> Item:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return item_of({"type": "message", "id": mid, "role": role, "status": "completed",
+                    "content": [{"type": kind, "text": text}]})
 
 
 async def stored_bytes(store: ConversationStoreHandle) -> int:
@@ -222,7 +226,7 @@ async def test_implicit_conversation_gets_an_object_made_at_its_first_write(nurs
     await conversations.append("my-id", [message("msg_2", "b")])
     record = await conversations.read("my-id")
     assert record.conversation == first
-    assert [item["id"] for item in record.items] == ["msg_1", "msg_2"]
+    assert [item.id for item in record.items] == ["msg_1", "msg_2"]
 
 
 @pytest.mark.trio
@@ -291,7 +295,7 @@ async def test_removing_an_item_keeps_the_rest_age_and_exact_bytes(nursery, cloc
     assert not await conversations.remove_item("conv_1", "msg_2")
     assert not await conversations.remove_item("conv_missing", "msg_1")
     for item in (items[0], items[2]):
-        assert await conversations.remove_item("conv_1", item["id"])
+        assert await conversations.remove_item("conv_1", item.id)
     assert await conversations.get("conv_1") == []
     assert await stored_bytes(conversations) == len(encode_json([conversation()]))
     await trio.sleep_until(created_at + 10)
@@ -302,8 +306,8 @@ async def test_removing_an_item_keeps_the_rest_age_and_exact_bytes(nursery, cloc
 async def test_remove_item_matches_the_item_id_not_text_that_mentions_it(nursery):
     """An item that merely mentions another item's id (a call_id, its text) is kept."""
     conversations = await start_conversations(nursery)
-    decoys = [{"type": "function_call_output", "id": "fco_1", "call_id": "msg_2",
-               "output": "x"}, message("msg_1", '"msg_2"')]
+    decoys = [item_of({"type": "function_call_output", "id": "fco_1", "call_id": "msg_2",
+                       "output": "x", "status": "completed"}), message("msg_1", '"msg_2"')]
     await conversations.create(conversation(), [*decoys, message("msg_2", "b")])
     assert await conversations.remove_item("conv_1", "msg_2")
     assert await conversations.get("conv_1") == decoys
@@ -342,7 +346,7 @@ async def test_delete_removes_and_reports_whether_anything_was_there(nursery):
     responses = await start_responses(nursery)
     conversations = await start_conversations(nursery)
     await responses.put("resp_1", stored({"id": "resp_1"}))
-    await conversations.append("conv_1", ["hi"])
+    await conversations.append("conv_1", [message("msg_1", "hi")])
     for store, key in ((responses, "resp_1"), (conversations, "conv_1")):
         assert await store.delete(key)
         assert not await store.delete(key)

@@ -12,6 +12,8 @@ import trio
 
 from triode.actors.store import (ConversationStore, ReasoningEchoStore, ResponseStore,
                                  ResponseStoreHandle)
+from triode.responses.conversations import conversation_object
+from triode.responses.objects import Item, item_of
 from triode.storage.records import StoredResponse, encode_json
 
 RECORD = StoredResponse(encode_json({
@@ -38,19 +40,24 @@ async def test_a_response_and_its_items_are_their_tenants_only(nursery):
     assert await alice.delete("resp_1") and await alice.find_item("msg_in") is None
 
 
+def message(mid: str) -> Item:
+    return item_of({"type": "message", "id": mid, "role": "user", "status": "completed",
+                    "content": [{"type": "input_text", "text": mid}]})
+
+
 @pytest.mark.trio
 async def test_a_conversation_is_its_tenants_only(nursery):
     store = await nursery.start(ConversationStore(max_entries=8, max_bytes=100_000,
                                                   ttl_secs=60).run)
     alice, bob = attrs.evolve(store, scope="alice"), attrs.evolve(store, scope="bob")
-    assert await alice.create({"id": "conv_1", "object": "conversation"}, [{"id": "m1"}])
+    assert await alice.create(conversation_object("conv_1", 1), [message("m1")])
     assert await bob.read("conv_1") is None and await bob.get("conv_1") is None
-    assert await bob.extend("conv_1", [{"id": "m2"}]) is None
+    assert await bob.extend("conv_1", [message("m2")]) is None
     assert not await bob.remove_item("conv_1", "m1") and not await bob.delete("conv_1")
-    assert not await bob.replace_conversation({"id": "conv_1", "object": "conversation"})
-    assert await bob.append("conv_1", [{"id": "b1"}])      # bob's own conversation conv_1
-    assert [i["id"] for i in await alice.get("conv_1")] == ["m1"]
-    assert [i["id"] for i in await bob.get("conv_1")] == ["b1"]
+    assert not await bob.replace_conversation(conversation_object("conv_1", 1))
+    assert await bob.append("conv_1", [message("b1")])      # bob's own conversation conv_1
+    assert [i.id for i in await alice.get("conv_1")] == ["m1"]
+    assert [i.id for i in await bob.get("conv_1")] == ["b1"]
 
 
 @pytest.mark.trio

@@ -7,6 +7,7 @@ from triode.model.request import Sampling
 from triode.responses import translate
 from triode.responses.builder import ResponseBuilder
 from triode.responses.conversations import conversation_object
+from triode.responses.objects import item_of
 from triode.storage.records import StoredResponse
 from triode.tenants import Caller, Tenant
 
@@ -27,13 +28,13 @@ async def test_the_default_caller_s_view_is_the_stores_themselves(nursery):
 async def test_one_tenant_s_conversation_is_not_found_by_another(nursery):
     """The same id under two tenants is two records; the default tenant finds neither."""
     stores = (await start_service(nursery)).stores
-    await stores.of(ALICE).conversations.create(conversation_object("conv_1", 1),
-                                                [{"id": "msg_a", "type": "message"}])
+    msg_a = item_of({"type": "message", "id": "msg_a", "role": "user", "status": "completed",
+                     "content": [{"type": "input_text", "text": "a"}]})
+    await stores.of(ALICE).conversations.create(conversation_object("conv_1", 1), [msg_a])
     assert await stores.of(BOB).conversations.get("conv_1") is None
     assert await stores.of(CALLER).conversations.get("conv_1") is None
     await stores.of(BOB).conversations.create(conversation_object("conv_1", 2))
-    assert await stores.of(ALICE).conversations.get("conv_1") == [
-        {"id": "msg_a", "type": "message"}]
+    assert await stores.of(ALICE).conversations.get("conv_1") == [msg_a]
     assert await stores.of(BOB).conversations.get("conv_1") == []
 
 

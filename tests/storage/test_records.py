@@ -69,6 +69,6 @@ def test_another_object_or_events_keep_the_rest():
 
 def test_a_conversation_record_is_its_object_then_its_items():
     """A conversation's values decode as its object, then its items."""
-    values = (encode_json({"id": "conv_1"}), encode_json({"id": "m1"}))
+    values = (encode_json({"id": "conv_1"}), encode_json(USER))
     assert ConversationRecord.decode(values) == ConversationRecord({"id": "conv_1"},
-                                                                   [{"id": "m1"}])
+                                                                   [USER])

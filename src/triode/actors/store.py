@@ -30,7 +30,8 @@ from ..responses.objects import Item, StreamEvent
 from ..storage.backend import Backend
 from ..storage.budget import BudgetStatistics
 from ..storage.memory import MEMORY
-from ..storage.records import ConversationRecord, StoredResponse, encode_json
+from ..responses.conversations import ConversationObject
+from ..storage.records import ConversationRecord, StoredResponse, decode_items, encode_json
 from ..tenants import DEFAULT_SCOPE, scoped
 from .budgeted import (MAILBOX_SIZE, BudgetedStore, GetStatistics, Operation, Ping,
                        StoreHandle)
@@ -220,7 +221,8 @@ class ResponseStoreHandle(StoreHandle):
 
 @attrs.frozen
 class ConversationStoreHandle(StoreHandle):
-    async def create(self, conversation: dict[str, Any], items: Iterable[Any] = ()) -> bool:
+    async def create(self, conversation: ConversationObject, items: Iterable[Item] = ()
+                     ) -> bool:
         """Stores a new conversation (keyed by its object's id) with its first items;
         returns whether it is retained."""
         self.check_enabled()
@@ -236,25 +238,25 @@ class ConversationStoreHandle(StoreHandle):
             return None
         return ConversationRecord.decode(record)
 
-    async def get(self, conversation_id: str) -> list[Any] | None:
-        """Returns a fresh copy of the transcript (the items), or None; counts as a use for
-        LRU."""
+    async def get(self, conversation_id: str) -> list[Item] | None:
+        """Returns a fresh copy of the transcript (the items, typed), or None; counts as a
+        use for LRU."""
         record = await self._record(conversation_id)
-        return None if record is None else [json.loads(item) for item in record[1:]]
+        return None if record is None else decode_items(record[1:])
 
-    async def append(self, conversation_id: str, items: Iterable[Any]) -> bool:
+    async def append(self, conversation_id: str, items: Iterable[Item]) -> bool:
         """Appends transcript items, creating the conversation if unknown (created now, no
         metadata); returns whether it is retained (a transcript that outgrows the byte
         budget is dropped)."""
         created = encode_json(conversation_object(conversation_id, int(time.time())))
         return await self._append(conversation_id, items, created) is True
 
-    async def extend(self, conversation_id: str, items: Iterable[Any]) -> bool | None:
+    async def extend(self, conversation_id: str, items: Iterable[Item]) -> bool | None:
         """Appends items to an existing conversation: None when there is none, else whether
         it is retained (as `append`)."""
         return await self._append(conversation_id, items, None)
 
-    async def replace_conversation(self, conversation: dict[str, Any]) -> bool:
+    async def replace_conversation(self, conversation: ConversationObject) -> bool:
         """Replaces a conversation's object (keyed by its id), keeping its items and age;
         False when there is no such conversation or it no longer fits the byte budget."""
         self.check_enabled()

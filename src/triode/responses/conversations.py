@@ -75,8 +75,8 @@ class ItemPage(TypedDict):
 
 
 def conversation_object(conversation_id: str, created_at: int,
-                        metadata: dict[str, str] | None = None) -> dict[str, Any]:
-    """A `ConversationObject` (a plain dict: the store keeps it as one)."""
+                        metadata: dict[str, str] | None = None) -> ConversationObject:
+    """A conversation's object (a TypedDict: the store keeps it as its JSON)."""
     return {"id": conversation_id, "object": "conversation", "created_at": created_at,
             "metadata": dict(metadata or {})}
 

@@ -20,7 +20,8 @@ import attrs
 from ..actors.store import ConversationStoreHandle
 from ..storage.records import ConversationRecord
 from ..errors import NotFound
-from ..responses.conversations import (ConversationDeleted, ConversationUpdate,
+from ..responses.conversations import (ConversationDeleted, ConversationObject,
+                                       ConversationUpdate,
                                        NewConversation, NewItems, Paging, check_include,
                                        conversation_object, deleted_object, item_list,
                                        new_items, page)
@@ -43,7 +44,7 @@ class Conversations:
         store.check_enabled()
         return store
 
-    async def create(self, caller: Caller, req: NewConversation) -> dict[str, Any]:
+    async def create(self, caller: Caller, req: NewConversation) -> ConversationObject:
         """A new conversation with its first items (at most 20); returns its object."""
         store = self._of(caller)
         metadata = check_metadata(req.metadata)
@@ -52,17 +53,17 @@ class Conversations:
         await store.create(conversation, items)
         return conversation
 
-    async def retrieve(self, caller: Caller, conversation_id: str) -> dict[str, Any]:
+    async def retrieve(self, caller: Caller, conversation_id: str) -> ConversationObject:
         store = self._of(caller)
         return (await _read(store, conversation_id)).conversation
 
     async def update(self, caller: Caller, conversation_id: str, req: ConversationUpdate
-                     ) -> dict[str, Any]:
+                     ) -> ConversationObject:
         """Replaces the conversation's metadata; returns its object."""
         store = self._of(caller)
         metadata = check_metadata(req.metadata)
-        conversation = {**(await _read(store, conversation_id)).conversation,
-                        "metadata": metadata}
+        conversation = (await _read(store, conversation_id)).conversation
+        conversation["metadata"] = metadata   # a fresh copy: the store keeps its own JSON
         await store.replace_conversation(conversation)
         return conversation
 
@@ -80,7 +81,7 @@ class Conversations:
         store = self._of(caller)
         paging = Paging.parse(after=after, limit=limit, order=order)
         check_include(include or [])
-        return page((await _read(store, conversation_id)).items, paging)
+        return page(plain((await _read(store, conversation_id)).items), paging)
 
     async def add_items(self, caller: Caller, conversation_id: str, req: NewItems,
                         include: list[str] | None = None) -> dict[str, Any]:
@@ -97,13 +98,14 @@ class Conversations:
         store = self._of(caller)
         check_include(include or [])
         found = next((item for item in (await _read(store, conversation_id)).items
-                      if item.get("id") == item_id), None)
+                      if getattr(item, "id", None) == item_id), None)
         if found is None:
             raise _no_item(conversation_id, item_id)
-        return found
+        shown: dict[str, Any] = plain(found)
+        return shown
 
     async def delete_item(self, caller: Caller, conversation_id: str, item_id: str
-                          ) -> dict[str, Any]:
+                          ) -> ConversationObject:
         """Removes one item; returns the conversation's object."""
         store = self._of(caller)
         conversation = (await _read(store, conversation_id)).conversation

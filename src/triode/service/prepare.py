@@ -24,7 +24,7 @@ from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
 from ..responses.ids import new_id
-from ..responses.objects import CompactedHistory, Item, StreamEvent, items_of, usage
+from ..responses.objects import CompactedHistory, Item, StreamEvent, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
@@ -96,8 +96,7 @@ class Preparer:
             past = await self._earlier(caller, req.previous_response_id, local)
         elif req.conversation is not None:
             conversation = history.conversation_id(req.conversation)
-            past = items_of(await self._stores.of(caller).conversations.get(conversation)
-                            or [])
+            past = await self._stores.of(caller).conversations.get(conversation) or []
         given = req.input
         trigger = not isinstance(given, str) and bool(given) \
             and isinstance(given[-1], CompactionTrigger)

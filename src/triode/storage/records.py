@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 import attrs
 
+from ..responses.conversations import ConversationObject
 from ..responses.objects import (Item, ResponseObject, StreamEvent, dumps, event_of, item_of,
                                  items_of, plain, response_of)
 
@@ -99,12 +100,17 @@ class ConversationRecord:
     list of compact JSON values: its object first
     (`responses.conversations.conversation_object`), then its items."""
 
-    conversation: dict[str, Any]
-    items: list[dict[str, Any]]
+    conversation: ConversationObject
+    items: list[Item]
 
     @classmethod
     def decode(cls, values: Sequence[bytes]) -> "ConversationRecord":
-        return cls(json.loads(values[0]), [json.loads(value) for value in values[1:]])
+        return cls(json.loads(values[0]), decode_items(values[1:]))
+
+
+def decode_items(values: Iterable[bytes]) -> list[Item]:
+    """Kept items (a conversation's), typed."""
+    return [item_of(json.loads(value)) for value in values]
 
 
 def _record(response: ResponseObject, items: Sequence[Item], ephemeral: bool
