@@ -198,18 +198,28 @@ def grammar_for(plan: Plan, info: ModelInfo, *, in_reasoning: bool) -> Grammar |
                     think_close=info.think[1])
 
 
+def forced_calls(visible: list[Tool], choice: ToolChoice, family: Family, *, parallel: bool,
+                 in_reasoning: bool = False, think_close: str = THINK_CLOSE,
+                 max_output_tokens: int | None = None) -> Grammar:
+    """The grammar of a required (or named) tool choice over the visible tools, in the
+    family's syntax; a 400 for a tool schema that cannot be enforced."""
+    named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
+    return family.tool_call_grammar([t.for_grammar() for t in visible],
+                                    choice.allowed[0] if named else "required",
+                                    parallel=parallel, in_reasoning=in_reasoning,
+                                    think_close=think_close,
+                                    max_output_tokens=max_output_tokens)
+
+
 def _grammar(visible: list[Tool], choice: ToolChoice, echo: Echo, family: Family, *,
              in_reasoning: bool = False, think_close: str = THINK_CLOSE) -> Grammar | None:
     """Constrained decoding: forced tool calls for required/named choices, else the
     structured-output format, else none; the model's family writes either in its own syntax.
     Compiled at create time (cached), so a bad schema is a 400 before anything starts."""
     if choice.mode == "required":
-        named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
-        mode = choice.allowed[0] if named else "required"
-        return family.tool_call_grammar([t.for_grammar() for t in visible], mode,
-                                        parallel=echo.parallel_tool_calls,
-                                        in_reasoning=in_reasoning, think_close=think_close,
-                                        max_output_tokens=echo.max_output_tokens)
+        return forced_calls(visible, choice, family, parallel=echo.parallel_tool_calls,
+                            in_reasoning=in_reasoning, think_close=think_close,
+                            max_output_tokens=echo.max_output_tokens)
     if echo.text.format.get("type") != "text":
         return family.text_format_grammar(echo.text.format, in_reasoning=in_reasoning,
                                           think_close=think_close,

@@ -173,8 +173,8 @@ def health(f: Figures, model: ModelHandle, stores: Stores, *, name: str, blas: s
                       "background_jobs": registry.background_jobs,
                       "background_max_jobs": registry.background_max_jobs},
         "tasks": f.tasks,
-        "stores": {name: None if st is None else attrs.asdict(st)
-                   for name, st in f.stores.items()},
+        "stores": {store: None if st is None else attrs.asdict(st)
+                   for store, st in f.stores.items()},
     }
 
 

@@ -19,7 +19,6 @@ import attrs
 from ..actors.model import ModelHandle
 from ..actors.supervisor import PrepareLater
 from ..errors import ContextLengthExceeded, InvalidRequest, StoreDisabled
-from ..model.constraints import tool_call_grammar
 from ..model.request import Rendered
 from ..responses import compaction, history, translate
 from ..responses.builder import ResponseBuilder
@@ -215,11 +214,8 @@ class Preparer:
         choice = parse_tool_choice(turn.tool_choice, tools)
         visible = [t for t in tools if t.chat_name in choice.allowed]
         if choice.mode == "required":
-            named = isinstance(choice.echo, dict) and \
-                choice.echo.get("type") in ("function", "custom")
-            tool_call_grammar([t.for_grammar() for t in visible],
-                              choice.allowed[0] if named else "required",
-                              parallel=turn.parallel_tool_calls is not False)
+            translate.forced_calls(visible, choice, self._model.info.family,
+                                   parallel=turn.parallel_tool_calls is not False)
         return [t.for_template() for t in visible]
 
     async def _earlier(self, caller: Caller, previous_response_id: str,
