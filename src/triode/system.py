@@ -1,7 +1,8 @@
 """The root of the actor tree: the one start path, for `triode serve` and plain hypercorn.
 
     start_actors(settings)          started in the caller's nursery
-    ├── ModelActor (+ engine thread)
+    ├── EngineHost (the one engine thread: steps every loaded model's engine)
+    ├── ModelsRegistry (+ one ModelActor per loaded model, its engine on the host)
     ├── Registry (+ one Supervisor per live response)
     ├── ResponseStore, ConversationStore, ReasoningEchoStore (over the --store backend)
     ├── JobBoard (a shared store: Redis or SQLite) and the reaper of stopped processes' jobs
@@ -12,7 +13,7 @@
 (`hypercorn --worker-class trio 'triode.http.app:create_app()'`) the app's lifespan starts
 it with settings from the environment.
 
-A start that cannot succeed (the `--model` path, a model that does not load, a SQLite
+A start that cannot succeed (a `--model` path, the first model not loading, a SQLite
 `--store` that cannot be opened) raises one `SettingsError` naming the flag, before the model
 loads when it can be known then. With a shared store the server answers only once the jobs a
 restart interrupted are stored as failed. Once
@@ -24,6 +25,7 @@ rest `failed`, so each gets its terminal event and is stored (docs/cancellation.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import time
 from pathlib import Path
@@ -33,7 +35,8 @@ import trio
 
 from .actors.jobs import JobBoard, JobBoardHandle
 from .actors.limits import TenantLimits, TenantLimitsHandle
-from .actors.model import ModelActor, ModelHandle
+from .actors.host import EngineHost
+from .actors.models import ModelsHandle, ModelsRegistry
 from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
 from .actors.store import (ConversationStore, ConversationStoreHandle, ReasoningEchoHandle,
@@ -42,21 +45,19 @@ from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
 from .model.disk_cache import check_directory
 from .model.engine import EngineOptions
-from .model.loading import BUNDLED_PATH, LoadOptions, check_model, check_options, load_failure
+from .model.catalog import ModelSpec, catalog
+from .model.loading import LoadOptions, check_model, check_options
 from .service.conversations import Conversations
 from .service.media import FetchRule, MediaLimits
 from .service.stores import Stores
 from .service.turns import Turns
 from .storage.backend import Backend, open_backend
 from .storage.values import StoreOpenError
-from .settings import BUNDLED_MODEL, Settings
+from .settings import Settings
 from .tenants import Tenants, single
 
 log = logging.getLogger("triode")
 
-BUNDLED_ALIAS = "triode-tiny"
-
-LOAD_PROGRESS_SECS = 5.0   # a slow model load says it is still loading this often
 
 
 @attrs.frozen
@@ -66,34 +67,15 @@ class Handles:
 
     turns: Turns                   # the turn service (every tenant's; calls name a Caller)
     conversations: Conversations   # the conversation service (likewise)
-    model: ModelHandle
+    models: ModelsHandle           # the models registry: every available model, by message
     registry: RegistryHandle
     stores: Stores                 # the store actors' handles, every tenant's
-    model_names: tuple[str, ...]
     blas: str
     tenants: Tenants = attrs.Factory(lambda: Tenants(single(None)))
     limits: TenantLimitsHandle | None = None
     started_at: int = attrs.Factory(lambda: int(time.time()))
     monitor: MonitorHandle | None = None   # the live page's history of generation's figures
     board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
-
-
-def model_path(settings: Settings) -> str:
-    """The local path or Hugging Face repo id to load."""
-    return str(BUNDLED_PATH) if settings.model == BUNDLED_MODEL else settings.model
-
-
-def model_names(settings: Settings, path: str) -> tuple[str, ...]:
-    """Names a request's `model` may use: the alias first (the one /v1/models lists)."""
-    names: list[str] = []
-    if settings.model_alias:
-        names.append(settings.model_alias)
-    if settings.model == BUNDLED_MODEL:
-        names.append(BUNDLED_ALIAS)
-    names += [settings.model, path, Path(path).name]
-    if Path(path).suffix.lower() == ".gguf":
-        names.append(Path(path).stem)
-    return tuple(dict.fromkeys(n for n in names if n))
 
 
 def background_off(settings: Settings) -> str | None:
@@ -133,8 +115,10 @@ async def start_actors(settings: Settings, *,
     registry (up to `--shutdown-timeout`, then the rest end `failed`), then stops the tree.
     Plain hypercorn's lifespan cancels it only after the HTTP connections have closed, so
     there the drain is what ends background jobs with a terminal status."""
-    check_model(model_path(settings))
-    check_options(load_options(settings))
+    specs = catalog(settings)
+    for spec in specs:
+        check_model(spec.path)
+        check_options(load_options(settings, spec))
     tenants = Tenants.configured(settings.api_key, settings.api_keys_file)
     tree = trio.CancelScope()
     handles: Handles | None = None
@@ -155,7 +139,7 @@ async def start_actors(settings: Settings, *,
             try:
                 with tree:
                     async with trio.open_nursery() as actors:
-                        handles = await actors.start(_start_tree, settings, tenants)
+                        handles = await actors.start(_start_tree, settings, tenants, specs)
                         actors.start_soon(reload_on_sighup, tenants)
                         tree.shield = True
                         task_status.started(handles)
@@ -169,8 +153,8 @@ async def start_actors(settings: Settings, *,
         raise error from None
 
 
-def load_options(settings: Settings) -> LoadOptions:
-    return LoadOptions(tool_format=settings.tool_format, chat_template=settings.chat_template,
+def load_options(settings: Settings, spec: ModelSpec) -> LoadOptions:
+    return LoadOptions(tool_format=spec.tool_format, chat_template=spec.chat_template,
                        cpu_weights=settings.cpu_weights)
 
 
@@ -194,49 +178,45 @@ def startup_error(exc: BaseException) -> SettingsError | None:
     return None
 
 
-def engine_options(settings: Settings, path: str) -> EngineOptions:
-    """The engine's knobs, taken from the settings once."""
+def engine_options(settings: Settings, spec: ModelSpec) -> EngineOptions:
+    """A model's engine knobs: its own settings (the config file's, or the flags') and the
+    server's."""
     return EngineOptions(
-        model=path, parallel=settings.parallel, context_length=settings.context_length,
+        model=spec.path, parallel=settings.parallel, context_length=spec.context_length,
         blas_threads=settings.blas_threads, prompt_cache_bytes=settings.prompt_cache_bytes,
-        prefill_chunk=settings.prefill_chunk, kv_bits=settings.kv_bits,
-        speculative=settings.speculative, attention_window=settings.attention_window,
-        prompt_cache_dir=settings.prompt_cache_dir,
+        prefill_chunk=settings.prefill_chunk, kv_bits=spec.kv_bits,
+        speculative=spec.speculative, attention_window=spec.attention_window,
+        prompt_cache_dir=prompt_cache_dir(settings, spec),
         prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
-        load_options=load_options(settings))
+        load_options=load_options(settings, spec))
 
 
-async def load_model(nursery: trio.Nursery, settings: Settings) -> ModelHandle:
-    """Starts the model actor in `nursery` and returns its handle once the model has loaded.
-    Logs the load before it starts and every LOAD_PROGRESS_SECS while it lasts; a load that
-    fails is a SettingsError naming `--model` (the traceback is logged at debug level)."""
-    path = model_path(settings)
+def prompt_cache_dir(settings: Settings, spec: ModelSpec) -> str | None:
+    """A model's disk tier: --prompt-cache-dir itself for the first --model (as with one
+    model), a subdirectory named after its id for each other one (each tier keeps its own
+    index and byte budget)."""
+    if settings.prompt_cache_dir is None or spec.preload:
+        return settings.prompt_cache_dir
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.id).lstrip(".") or "model"
+    return str(Path(settings.prompt_cache_dir) / "models" / safe)
+
+
+async def start_models(nursery: trio.Nursery, settings: Settings,
+                       specs: tuple[ModelSpec, ...]) -> ModelsHandle:
+    """The engine host and the models registry in `nursery`; the first --model is loaded
+    before this returns (a failure: a SettingsError naming --model)."""
     if settings.prompt_cache_dir is not None:
         try:
             check_directory(settings.prompt_cache_dir)
         except OSError as exc:
             raise SettingsError(f"--prompt-cache-dir: {settings.prompt_cache_dir}: cannot "
                                 f"write there ({exc.strerror or exc})") from None
-    log.info("loading model %s", path)
-    began = trio.current_time()
-
-    async def report_progress(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
-        with trio.CancelScope() as scope:
-            task_status.started(scope)
-            while True:
-                await trio.sleep(LOAD_PROGRESS_SECS)
-                log.info("still loading model %s (%.0f s)", path, trio.current_time() - began)
-
-    progress: trio.CancelScope = await nursery.start(report_progress)
-    try:
-        model: ModelHandle = await nursery.start(ModelActor(
-            engine_options(settings, path), max_queue=settings.max_queue).run)
-    except Exception as exc:
-        log.debug("loading model %s failed", path, exc_info=exc)
-        raise load_failure(path, exc) from None
-    finally:
-        progress.cancel()
-    return model
+    host: EngineHost = await nursery.start(EngineHost().run)
+    models: ModelsHandle = await nursery.start(ModelsRegistry(
+        specs, host=host, engine_options=lambda spec: engine_options(settings, spec),
+        max_queue=settings.max_queue, max_loaded_models=settings.max_loaded_models,
+        max_model_memory=settings.max_model_memory, autoload=not settings.no_autoload).run)
+    return models
 
 
 async def reload_on_sighup(tenants: Tenants) -> None:
@@ -262,7 +242,7 @@ async def reload_on_sighup(tenants: Tenants) -> None:
                          "" if len(tenants.table.tenants) == 1 else "s")
 
 
-async def _start_tree(settings: Settings, tenants: Tenants, *,
+async def _start_tree(settings: Settings, tenants: Tenants, specs: tuple[ModelSpec, ...], *,
                       task_status: trio.TaskStatus[Handles] = trio.TASK_STATUS_IGNORED
                       ) -> None:
     """The actors in one nursery; reports their Handles once every one has started."""
@@ -271,16 +251,17 @@ async def _start_tree(settings: Settings, tenants: Tenants, *,
     backend = await open_store(settings)     # before the model loads: a bad --store fails fast
     try:
         async with trio.open_nursery() as nursery:
-            await _start_actors_on(nursery, settings, tenants, backend, blas, task_status)
+            await _start_actors_on(nursery, settings, tenants, specs, backend, blas,
+                                   task_status)
     finally:
         backend.close()
 
 
 async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: Tenants,
-                           backend: Backend,
+                           specs: tuple[ModelSpec, ...], backend: Backend,
                            blas: str, task_status: trio.TaskStatus[Handles]) -> None:
     """The actors in `nursery`; reports their Handles once every one has started."""
-    model = await load_model(nursery, settings)
+    models = await start_models(nursery, settings, specs)
     registry: RegistryHandle = await nursery.start(Registry(
         background_max_jobs=settings.responses_background_max_jobs).run)
     responses: ResponseStoreHandle = await nursery.start(ResponseStore(
@@ -297,24 +278,14 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
     reasoning: ReasoningEchoHandle = await nursery.start(ReasoningEchoStore(
         max_bytes=settings.reasoning_echo_max_bytes if settings.prompt_cache_bytes else 0,
         backend=backend).run)
-    info = model.info
-    log.info("model %s loaded (context %d tokens, %d slots, weights %s, BLAS threads: %s)",
-             info.path, info.context_length, settings.parallel, info.weights,
-             "n/a" if info.blas_threads is None else info.blas_threads)
-    refused = [role for role, kept in attrs.asdict(info.template_roles).items() if not kept]
-    log.info("model %s: tool-call format %s, reasoning %s, template refuses %s (merged as "
-             "docs/models.md says)", info.path, info.family.name,
-             " ... ".join(info.think) if info.reasoning else "none",
-             ", ".join(refused) or "no role")
-    names = model_names(settings, info.path)
     board: JobBoardHandle | None = None
     shared = backend.board()
     if shared is not None:
         board = await nursery.start(JobBoard(shared, registry).run)
     limits: TenantLimitsHandle = await nursery.start(TenantLimits(backend.counters()).run)
     stores = Stores(responses, conversations, reasoning)
-    turns = Turns(model=model, registry=registry, stores=stores, limits=limits,
-                  model_names=names,
+    turns = Turns(models=models, registry=registry, stores=stores, limits=limits,
+                  load_timeout=settings.load_timeout,
                   hosted_tools=settings.hosted_tools,
                   background_off=background_off(settings), board=board,
                   prompts_dir=Path(settings.prompts_dir) if settings.prompts_dir else None,
@@ -322,9 +293,9 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
                                     max_bytes=settings.media_max_bytes,
                                     max_pixels=settings.media_max_pixels))
     await nursery.start(turns.reap)    # the jobs a restart interrupted end failed first
-    monitor: MonitorHandle = await nursery.start(Monitor(model).run)
+    monitor: MonitorHandle = await nursery.start(Monitor(models).run)
     task_status.started(Handles(
-        turns=turns, conversations=Conversations(conversations), model=model,
-        registry=registry, stores=stores, model_names=names, blas=blas, tenants=tenants,
+        turns=turns, conversations=Conversations(conversations), models=models,
+        registry=registry, stores=stores, blas=blas, tenants=tenants,
         limits=limits,
         monitor=monitor, board=board))

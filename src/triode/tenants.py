@@ -35,6 +35,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 LIMIT_FIELDS = ("requests_per_minute", "concurrent_requests", "output_tokens_per_minute")
 KEY_FIELDS = ("keys", "key_sha256")
+ACCESS_FIELDS = ("models", "admin")   # which models it may use; whether it may load them
 FLAG = "--api-keys-file"
 
 
@@ -69,6 +70,13 @@ class Limits:
 class Tenant:
     name: str                     # "" for the default tenant
     limits: Limits = Limits()
+    models: tuple[str, ...] | None = None   # the models it may use, by any of their names;
+                                            # None: every model
+    admin: bool = False           # may load and unload models (POST /v1/models/{id}/...)
+
+    def may_use(self, names: tuple[str, ...]) -> bool:
+        """Whether a model answering to `names` is this tenant's to use (and to see)."""
+        return self.models is None or any(n in self.models for n in names)
 
     @property
     def scope(self) -> str:
@@ -189,11 +197,16 @@ def parse(text: str, source: str) -> TenantTable:
                                 "or '-', starting with a letter or digit")
         if not isinstance(spec, dict):
             raise SettingsError(f"{where} must be an object")
-        unknown = sorted(set(spec) - {*KEY_FIELDS, *LIMIT_FIELDS})
+        unknown = sorted(set(spec) - {*KEY_FIELDS, *LIMIT_FIELDS, *ACCESS_FIELDS})
         if unknown:
             raise SettingsError(f"{where}: unknown field {unknown[0]!r} (known: "
-                                f"{', '.join((*KEY_FIELDS, *LIMIT_FIELDS))})")
-        tenant = Tenant(name, Limits(*(_limit(spec, f, where) for f in LIMIT_FIELDS)))
+                                f"{', '.join((*KEY_FIELDS, *LIMIT_FIELDS, *ACCESS_FIELDS))})")
+        admin = spec.get("admin", False)
+        if not isinstance(admin, bool):
+            raise SettingsError(f"{where}.admin must be true or false (got {admin!r})")
+        models = tuple(_strings(spec, "models", where)) if "models" in spec else None
+        tenant = Tenant(name, Limits(*(_limit(spec, f, where) for f in LIMIT_FIELDS)),
+                        models=models, admin=admin)
         digests = [digest(k) for k in _strings(spec, "keys", where)]
         for hexed in _strings(spec, "key_sha256", where):
             if not HEX_DIGEST.fullmatch(hexed):

@@ -14,7 +14,7 @@ from triode.responses.objects import plain
 from triode.actors.model import ModelActor
 from triode.actors.registry import Registry
 from triode.actors.supervisor import Supervisor
-from triode.model.engine import Engine, EngineOptions
+from triode.model.engine import Engine, EngineOptions, watched
 from triode.model.loading import BUNDLED_PATH
 from triode.model.request import GenerationRequest, Sampling
 from triode.responses.ids import new_id
@@ -30,20 +30,19 @@ class FlakyEngine(Engine):
 
     instances = 0
 
-    def run(self, exchange, started):
+    def steps(self, started):
         FlakyEngine.instances += 1
         if FlakyEngine.instances > 1:
-            return super().run(exchange, started)
+            return (yield from super().steps(started))
         calls = 0
 
-        def dying(outputs, idle, prompt_cache=None, speculation=None):
+        def dying(step):
             nonlocal calls
-            calls += 0 if idle else 1
+            calls += 0 if step.idle else 1
             if calls >= 8:
                 raise RuntimeError("injected engine failure")
-            return exchange(outputs, idle, prompt_cache, speculation)
 
-        return super().run(dying, started)
+        return (yield from watched(super().steps(started), dying))
 
 
 async def start_job(registry, model, text: str, max_tokens: int = 200) -> Supervisor:

@@ -10,7 +10,7 @@ import trio.testing
 
 from triode.actors.model import LARGE_RENDER_CHARS, ModelActor, text_size
 from triode.errors import Overloaded
-from triode.model.engine import EngineOptions, Insert, StepOutput
+from triode.model.engine import EngineOptions, Insert, Step, StepOutput, watched
 from triode.model.request import GenerationRequest
 from triode.model.loading import ModelInfo
 
@@ -27,13 +27,13 @@ class FakeEngine:
         self.batches: list[list[int]] = []   # the Inserts each exchange brought, together
         FakeEngine.last = self
 
-    def run(self, exchange, started):
+    def steps(self, started):
         started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8),
                 self.tokenizer)
         active: dict[int, list[int]] = {}
         outputs: list[StepOutput] = []
         while True:
-            commands = exchange(outputs, not active)
+            commands = yield Step(outputs, not active)
             inserts = [cmd.uid for cmd in commands if isinstance(cmd, Insert)]
             if inserts:
                 self.batches.append(inserts)
@@ -144,19 +144,18 @@ class DyingEngine(FakeEngine):
 
     instances = 0
 
-    def run(self, exchange, started):
+    def steps(self, started):
         DyingEngine.instances += 1
         if DyingEngine.instances > 1:
-            return super().run(exchange, started)
+            return (yield from super().steps(started))
         calls = []
 
-        def counting(outputs, idle):
+        def counting(step):
             calls.append(1)
             if len(calls) > 3:
                 raise RuntimeError("boom")
-            return exchange(outputs, idle)
 
-        super().run(counting, started)
+        return (yield from watched(super().steps(started), counting))
 
 
 async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
@@ -184,9 +183,10 @@ async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
 
 
 class AlwaysDyingEngine(FakeEngine):
-    def run(self, exchange, started):
+    def steps(self, started):
         started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8), None)
         raise RuntimeError("broken for good")
+        yield
 
 
 async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):

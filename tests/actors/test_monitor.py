@@ -49,15 +49,38 @@ def test_an_interval_with_nothing_started_has_no_ttft_and_no_share():
     assert s.tokens_per_second == 0.0 and s.ttft is None and s.cache_hit_share is None
 
 
+def test_a_sample_sums_the_loaded_models_and_a_reloaded_one_counts_from_zero():
+    """Several models: their rates add up; a model that loaded meanwhile counts from zero,
+    and one whose counters went back (unloaded and loaded again) counts from zero too."""
+    before = {"a": stats(tokens=100, busy=1), "b": stats(tokens=500)}
+    after = {"a": stats(tokens=130, busy=2), "b": stats(tokens=20, busy=1),
+             "c": stats(tokens=10, queue=4)}
+    s = sample(before, after, 1.0, at=0.0)
+    assert s.tokens_per_second == 30 + 20 + 10
+    assert (s.slots_busy, s.queue_depth) == (3, 4)
+
+
+@attrs.frozen
+class Spec:
+    id: str
+
+
+@attrs.frozen
+class View:
+    spec: Spec
+    statistics: ModelStatistics | None
+
+
 @attrs.define
 class CountingModel:
-    """A model handle whose token count grows by 10 each time it is asked."""
+    """A models handle whose one loaded model's token count grows by 10 each time it is
+    asked (a second model is not loaded)."""
 
     tokens: int = 0
 
-    async def statistics(self) -> ModelStatistics:
+    async def views(self) -> list[View]:
         self.tokens += 10
-        return stats(tokens=self.tokens)
+        return [View(Spec("m"), stats(tokens=self.tokens)), View(Spec("idle"), None)]
 
 
 async def test_the_history_keeps_the_last_samples(autojump_clock: trio.testing.MockClock):

@@ -169,7 +169,8 @@ def early_cases() -> Iterator[tuple[str, str, str, int]]:
             if "<" in rule:   # unknown ids: 404, or 400 where the body is checked first
                 yield method, path, AUTH, 400 if (method, rule) in BODY_FIRST else 404
             if method == "POST":   # too large: 413, or the answer of a route that reads none
-                yield (method, path, AUTH + OVERSIZE, 404 if path.endswith("/cancel") else 413)
+                reads_none = path.endswith(("/cancel", "/load", "/unload"))
+                yield (method, path, AUTH + OVERSIZE, 404 if reads_none else 413)
         if rule in BAD_QUERIES:
             yield "GET", f"{path}?{BAD_QUERIES[rule]}", AUTH, 400
         yield next(m for m in ("PUT", "PATCH") if m not in methods), path, AUTH, 405

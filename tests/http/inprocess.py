@@ -8,6 +8,7 @@ from typing import Any
 import trio
 
 from triode.service.conversations import Conversations
+from triode.service.models import FixedModel
 from triode.system import Handles
 from triode.tenants import Tenants, single
 
@@ -21,6 +22,6 @@ async def handles_for(nursery: trio.Nursery, *, api_key: str | None = None,
     """The handles `create_app` takes, over a fresh service started in `nursery`."""
     started = await start_service(nursery, model=model, **service)
     return Handles(turns=started.turns, conversations=Conversations(started.conversations),
-                   model=started.model, registry=started.registry,  # type: ignore[arg-type]
-                   stores=started.stores, model_names=(MODEL,), blas="test",
+                   models=FixedModel(started.model, (MODEL,)),  # type: ignore[arg-type]
+                   registry=started.registry, stores=started.stores, blas="test",
                    tenants=Tenants(single(api_key)))

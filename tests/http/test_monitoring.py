@@ -26,7 +26,7 @@ async def test_health_is_200_while_ready_and_503_with_the_same_body_when_not(nur
     ok = await client.get("/health")
     body = await ok.get_json()
     assert (ok.status_code, body["status"], body["model"]) == (200, "ok", MODEL)
-    handles.model.alive = False   # type: ignore[attr-defined]
+    handles.models._handle.alive = False   # type: ignore[attr-defined]
     down = await client.get("/v1/health")
     degraded = await down.get_json()
     assert (down.status_code, degraded["status"]) == (503, "degraded")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from triode.http.app import create_app
-from triode.http.routes import CODEX_INSTRUCTIONS
+from triode.http.models import CODEX_INSTRUCTIONS
 
 from .inprocess import MODEL, handles_for
 

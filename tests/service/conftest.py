@@ -26,6 +26,7 @@ from triode.model.request import GenerationRequest, Rendered
 from triode.responses.convert import structure
 from triode.responses.objects import plain
 from triode.responses.wire import CreateResponse
+from triode.service.models import FixedModel
 from triode.service.background import Jobs
 from triode.service.keeping import ResponseKeeper
 from triode.service.media import Media
@@ -168,7 +169,7 @@ class Service:
         """A Preparer over the same actors as `turns`."""
         return Preparer(model=self.model, stores=self.stores,
                         jobs=Jobs(registry=self.registry, responses=self.responses),
-                        model_names=(MODEL,), media=Media(vision=self.model.info.vision))
+                        media=Media(vision=self.model.info.vision))
 
     def keeper(self) -> ResponseKeeper:
         """The default tenant's keeper over the same actors as `turns`."""
@@ -188,8 +189,8 @@ async def start_service(nursery: trio.Nursery, *, model: FakeModel | None = None
     conversations = await nursery.start(ConversationStore(
         max_entries=100, max_bytes=10_000_000, ttl_secs=ttl_secs, backend=backend).run)
     echo = await nursery.start(ReasoningEchoStore(max_bytes=1_000_000, backend=backend).run)
-    turns = Turns(model=model, registry=registry,
-                  stores=Stores(responses, conversations, echo), model_names=(MODEL,),
+    turns = Turns(models=FixedModel(model, (MODEL,)), registry=registry,
+                  stores=Stores(responses, conversations, echo),
                   board=board)
     return Service(turns, model, registry, responses, conversations, echo)
 

@@ -8,14 +8,16 @@ import trio
 
 from triode.errors import StoreUnavailable
 from triode.service import figures
+from triode.service.models import FixedModel
 from triode.service.stores import Stores
 
 from .conftest import CALLER, MODEL, FakeModel, request, start_service
 
 
 async def report(service):
-    f = await figures.gather(service.model, service.registry, service.stores)
-    return f, figures.health(f, service.model, service.stores, name=MODEL, blas="test")
+    f = await figures.gather(FixedModel(service.model, (MODEL,)), service.registry,
+                             service.stores)
+    return f, figures.health(f, service.stores, blas="test")
 
 
 async def test_a_running_engine_with_every_store_answering_is_ready(nursery):
@@ -42,8 +44,8 @@ async def test_a_store_that_cannot_be_reached_is_reported_not_raised(nursery):
     the other stores and the engine still reported."""
     service = await start_service(nursery)
     stores = Stores(service.responses, Unreachable(), service.echo)  # type: ignore[arg-type]
-    f = await figures.gather(service.model, service.registry, stores)
-    health = figures.health(f, service.model, stores, name=MODEL, blas="test")
+    f = await figures.gather(FixedModel(service.model, (MODEL,)), service.registry, stores)
+    health = figures.health(f, stores, blas="test")
     assert not f.stores_reachable and not f.ready
     assert health["stores"]["conversations"] is None
     assert health["stores"]["responses"] is not None

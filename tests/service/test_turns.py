@@ -8,6 +8,7 @@ import pytest
 
 from triode.errors import InvalidRequest, ModelNotFound, NotFound
 from triode.responses.objects import plain
+from triode.service.models import FixedModel
 from triode.service.keeping import LocalResponses
 from triode.service.turns import Turns
 from triode.tenants import Caller, Tenant
@@ -97,8 +98,8 @@ async def test_background_mode_off_is_refused_by_name_after_the_model(nursery):
     """With background off, `background: true` is a 400 naming `background` and why; a
     wrong model is still refused first."""
     service = await start_service(nursery)
-    turns = Turns(model=service.model, registry=service.registry, stores=service.stores,
-                  model_names=(MODEL,), background_off="responses-store-max-entries is 0")
+    turns = Turns(models=FixedModel(service.model, (MODEL,)), registry=service.registry,
+                  stores=service.stores, background_off="responses-store-max-entries is 0")
     with pytest.raises(InvalidRequest) as refused:
         await turns.create(CALLER, request(background=True))
     assert refused.value.param == "background"

@@ -44,17 +44,6 @@ class Rendering:
 
 
 @attrs.frozen
-class Step:
-    """From the engine thread: one step's outputs, posted to the trio thread (not a mailbox
-    message: the engine never waits for the actor while sequences run)."""
-
-    outputs: list[StepOutput]
-    idle: bool
-    prompt_cache: CacheFigures | None = None   # the engine's prompt cache; None: off
-    speculation: SpeculationStatistics | None = None   # when they changed; None: unchanged
-
-
-@attrs.frozen
 class ModelStatisticsRequest:
     reply: Reply[ModelStatistics]
 

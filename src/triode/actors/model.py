@@ -21,16 +21,15 @@ import bisect
 import functools
 import itertools
 import logging
-import threading
 from collections import deque
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable
 
 import attrs
 import trio
 
 from ..errors import InvalidRequest, Overloaded, ServerError
-from ..model.engine import (Command, Engine, EngineOptions, Exchange, Insert, Remove,
+from ..model.engine import (Command, Engine, EngineOptions, Insert, Remove, Step,
                             StepOutput)
 from ..model.loading import ModelInfo
 from ..model.prompt_cache import CacheFigures
@@ -38,10 +37,11 @@ from ..model.request import GenerationRequest, Rendered
 from ..model.speculative_stats import SpeculationStatistics
 from ..model.vision import prompter_of
 from ..responses.items import message_images
+from .host import EngineHost, EngineStopping, SteppedEngine
 from .mailbox import answer, ask
 from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
                        ModelStatistics, ModelStatisticsRequest, PromptCacheStatistics, Release,
-                       Rendering, Step, Submit)
+                       Rendering, Submit)
 
 log = logging.getLogger(__name__)
 
@@ -195,16 +195,6 @@ def text_size(value: Any) -> int:
     return 0
 
 
-class EngineRunner(Protocol):
-    """What the actor runs in its engine thread (`model.engine.Engine`; a fake in tests)."""
-
-    def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None: ...
-
-
-class _EngineStopping(Exception):
-    """Raised in the engine thread by its exchange once the actor is shutting down."""
-
-
 @attrs.define
 class _Request:
     uid: int
@@ -215,15 +205,35 @@ class _Request:
     tokens: int = 0
 
 
+def idle_statistics(parallel: int = 0, max_queue: int = 0) -> ModelStatistics:
+    """The statistics of a model actor that has done nothing (a model not loaded)."""
+    empty = Histogram(()).statistics()
+    return ModelStatistics(
+        slots_total=parallel, slots_busy=0, queue_depth=0, queue_max=max_queue,
+        engine_alive=False, engine_restarts=0, engine_error=None, steps=0,
+        tokens_generated=0, requests_admitted=0, requests_rejected=0, rendering=0,
+        prompt_cache=PromptCacheStatistics(max_bytes=0, entries=0, bytes=0, hits=0,
+                                           cached_tokens=0),
+        generation=GenerationStatistics(
+            started=0, prompt_tokens=0, outcomes=dict.fromkeys(OUTCOMES, 0),
+            queue_wait=empty, time_to_first_token=empty, time_per_output_token=empty,
+            duration=empty))
+
+
 class ModelActor:
-    def __init__(self, engine: EngineOptions, *, max_queue: int,
-                 engine_factory: Callable[[EngineOptions], EngineRunner] = Engine,
+    def __init__(self, engine: EngineOptions, *, host: EngineHost | None = None,
+                 max_queue: int,
+                 engine_factory: Callable[[EngineOptions], SteppedEngine] = Engine,
                  stream_buffer: int = STREAM_BUFFER_STEPS):
         """`engine`: every engine knob, handed whole to each engine this actor starts
-        (`engine_factory`: a test's fake engine)."""
+        (`engine_factory`: a test's fake engine). `host`: the process's one engine thread,
+        which steps this actor's engine among the other models' (None: a host of its own,
+        started with the actor: a model actor alone, in tools and tests)."""
         self._options = engine
-        self._new_engine: Callable[[], EngineRunner] = functools.partial(engine_factory,
-                                                                         engine)
+        self._own_host = host is None
+        self._host = host or EngineHost()
+        self._new_engine: Callable[[], SteppedEngine] = functools.partial(engine_factory,
+                                                                          engine)
         # Speculation's figures: the running engine's latest report, and those of engines
         # that died (an engine counts from its start).
         self._speculation: SpeculationStatistics | None = None
@@ -234,11 +244,10 @@ class ModelActor:
         self._active: dict[int, _Request] = {}
         self._waiting: deque[_Request] = deque()
         self._pending: list[Command] = []
-        # The hand-off to the engine thread: commands it has not taken yet, under `_handoff`
-        # (a lock + condition the engine waits on only while it has nothing to run).
-        self._handoff = threading.Condition(threading.Lock())
-        self._handed: list[Command] = []
-        self._stopping = False
+        # The hand-off to the engine host: commands the engine has not taken yet, its stop
+        # flag, and where its steps are posted (in the trio thread, in order).
+        self._link = self._host.link(self._post)
+        self._token: trio.lowlevel.TrioToken | None = None
         self._arrivals = Arrivals()
         self._nursery: trio.Nursery | None = None
         self._hold: trio.CancelScope | None = None  # the deadline of held Inserts, if any
@@ -265,25 +274,38 @@ class ModelActor:
     async def run(self, *, task_status: trio.TaskStatus[ModelHandle] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         send, inbox = trio.open_memory_channel[ModelMessage](INBOX_SIZE)
+        async with trio.open_nursery() as outer:
+            if self._own_host:
+                await outer.start(self._host.run)
+            await self._serve(send, inbox, task_status)
+            outer.cancel_scope.cancel()
+
+    async def _serve(self, send: trio.MemorySendChannel[ModelMessage],
+                     inbox: trio.MemoryReceiveChannel[ModelMessage],
+                     task_status: trio.TaskStatus[ModelHandle]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
             task_status.started(ModelHandle(send, info, tokenizer))
-            async for msg in inbox:
-                match msg:
-                    case Submit():
-                        answer(msg.reply, lambda: self._submit(msg))
-                    case Release(uid=uid):
-                        self._release(uid)
-                    case Rendering(started=True):
-                        self._arrivals.rendering += 1
-                    case Rendering(submits=submits):
-                        self._arrivals.rendering -= 1
-                        self._arrivals.rendered += submits
-                        if not self._arrivals.expected:
-                            self._flush()  # nobody else is coming: release held Inserts
-                    case ModelStatisticsRequest(reply=reply):
-                        answer(reply, self._statistics)
+            with inbox:   # once the actor ends (its model unloads), asking it fails at once
+                await self._handle_messages(inbox)
+
+    async def _handle_messages(self, inbox: trio.MemoryReceiveChannel[ModelMessage]) -> None:
+        async for msg in inbox:
+            match msg:
+                case Submit():
+                    answer(msg.reply, lambda: self._submit(msg))
+                case Release(uid=uid):
+                    self._release(uid)
+                case Rendering(started=True):
+                    self._arrivals.rendering += 1
+                case Rendering(submits=submits):
+                    self._arrivals.rendering -= 1
+                    self._arrivals.rendered += submits
+                    if not self._arrivals.expected:
+                        self._flush()  # nobody else is coming: release held Inserts
+                case ModelStatisticsRequest(reply=reply):
+                    answer(reply, self._statistics)
 
     async def _run_engine(self, inbox: trio.MemorySendChannel[ModelMessage], *,
                           task_status: trio.TaskStatus[tuple[ModelInfo, Any]]) -> None:
@@ -293,9 +315,9 @@ class ModelActor:
         reaction to its death run in the trio thread and never await, like the actor loop:
         the actor's state has one thread, and an engine's outputs are never processed before
         the actor knows that engine is alive. A failed step stops its engine through
-        `_stopping` and is then handled here as that engine's death."""
-        token = trio.lowlevel.current_trio_token()
-        handoff = self._handoff
+        the link's stop and is then handled here as that engine's death."""
+        self._token = trio.lowlevel.current_trio_token()
+        link = self._link
         loaded = False
 
         def started(info: ModelInfo, tokenizer: Any) -> None:
@@ -305,44 +327,22 @@ class ModelActor:
                 loaded = True
                 trio.from_thread.run_sync(task_status.started, (info, tokenizer))
 
-        def exchange(outputs: list[StepOutput], idle: bool,
-                     prompt_cache: CacheFigures | None = None,
-                     speculation: SpeculationStatistics | None = None) -> list[Command]:
-            # Never waits for trio while sequences run: the outputs are posted (processed in
-            # the trio thread, in order, while MLX computes the next step) and the commands
-            # that arrived meanwhile are taken as they are. A command caused by these outputs
-            # (a cut-off consumer's Remove, a waiter's Insert) is taken at the next step.
-            if outputs or speculation is not None:
-                token.run_sync_soon(self._guarded_step,
-                                    Step(outputs, idle, prompt_cache, speculation))
-            with handoff:
-                while idle and not self._handed and not self._stopping:
-                    handoff.wait()  # nothing to run: park until work (or the end) arrives
-                if self._stopping:
-                    raise _EngineStopping
-                commands, self._handed = self._handed, []
-            return commands
-
         async def stop_on_cancel() -> None:
             try:
                 await trio.sleep_forever()
-            finally:  # cancelled (shutdown) or the engine ended: its next exchange raises
-                with handoff:
-                    self._stopping = True
-                    handoff.notify()
+            finally:  # cancelled (shutdown, unload) or the engine ended: the host closes it
+                link.stop()
 
         deaths: deque[float] = deque()
         while True:
-            with handoff:
-                self._stopping = False
+            link.reset()
             self._step_failure = None
             died: Exception | None = None
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_on_cancel)
                 try:
-                    await trio.to_thread.run_sync(self._new_engine().run, exchange, started,
-                                                  limiter=trio.CapacityLimiter(1))
-                except _EngineStopping:
+                    await self._host.run_engine(self._new_engine(), link, started)
+                except EngineStopping:
                     died = self._step_failure  # or the enclosing scope was cancelled (shutdown)
                 except Exception as exc:
                     died = exc
@@ -369,6 +369,14 @@ class ModelActor:
             self._engine_stopped(died)
             await trio.sleep(RESTART_DELAY * 2 ** (len(deaths) - 1))
             log.warning("restarting the engine")
+
+    def _post(self, step: Step) -> None:
+        """Called in the host thread after each step of this actor's engine: the outputs are
+        processed in the trio thread, in order, while MLX computes other steps. A command
+        they cause (a cut-off consumer's Remove, a waiter's Insert) is taken at the
+        engine's next step."""
+        if (step.outputs or step.speculation is not None) and self._token is not None:
+            self._token.run_sync_soon(self._guarded_step, step)
 
     # ---- state changes (only ever called from the trio thread: the actor loop, or `_step`
     # posted by the engine thread; none of them awaits) -----------------------------------
@@ -436,9 +444,7 @@ class ModelActor:
         except Exception as exc:
             self._engine_alive = False
             self._step_failure = exc
-            with self._handoff:
-                self._stopping = True
-                self._handoff.notify()
+            self._link.stop()
 
     def _step(self, msg: Step) -> None:
         """One engine step's outputs (run in the trio thread, posted by the engine's exchange)."""
@@ -512,9 +518,7 @@ class ModelActor:
         else:
             self._pending = [c for c in self._pending if isinstance(c, Insert)]
         if commands:
-            with self._handoff:
-                self._handed += commands
-                self._handoff.notify()
+            self._link.hand(commands)
 
     async def _end_hold(self, scope: trio.CancelScope) -> None:
         with scope:
@@ -543,8 +547,7 @@ class ModelActor:
         self._active.clear()
         self._waiting.clear()
         self._pending.clear()
-        with self._handoff:
-            self._handed.clear()
+        self._link.clear()
 
     def _prompt_cache_statistics(self) -> PromptCacheStatistics:
         figures = self._prompt_cache or CacheFigures(0, 0)

@@ -39,16 +39,23 @@ class Keeper(Protocol):
                    events: list[StreamEvent]) -> None: ...
 
 
+class Releasable(Protocol):
+    """A hold on something released once, at the end (a models registry lease)."""
+
+    async def release(self) -> None: ...
+
+
 class Supervisor:
     def __init__(self, *, response_id: str, plan: Plan, ready: Prepared | PrepareLater,
                  model: ModelHandle, background: bool = False, keeper: Keeper | None = None,
-                 key: str | None = None):
+                 key: str | None = None, lease: Releasable | None = None):
         """`ready` is the prepared turn, or an async function that prepares it inside the
         job while it is queued (a background job that compacts its history first): a
         refusal there fails the job (`invalid_prompt`) instead of the create call. `plan`
         is the turn as requested; the keeper gets the prepared one's (compacted) plan.
         `key`: the name the registry and the job board know it by (its tenant's,
-        tenants.scoped; default: its id)."""
+        tenants.scoped; default: its id). `lease`: its hold on its model (the models
+        registry's), released when it ends, so the model is never unloaded under it."""
         self.response_id = response_id
         self.key = key or response_id
         self.background = background
@@ -56,6 +63,7 @@ class Supervisor:
         self._ready = ready if isinstance(ready, Prepared) else None
         self._prepare = None if isinstance(ready, Prepared) else ready
         self._model = model
+        self._lease = lease
         self._keeper = keeper
         self.builder = ResponseBuilder(response_id, plan.echo, background=background)
         self.builder.created()
@@ -139,8 +147,12 @@ class Supervisor:
             log.exception("response %s failed", self.response_id)
             self._fail("server_error", f"internal error: {type(exc).__name__}")
         finally:
-            if self._admitted:
-                await self._end()
+            try:
+                if self._admitted:
+                    await self._end()
+            finally:
+                if self._lease is not None:
+                    await self._lease.release()
 
     async def _end(self) -> None:
         try:

@@ -25,6 +25,7 @@ from ..settings import resolve
 from ..system import Handles, start_actors, startup_error
 from ..tenants import Caller
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
+from . import models  # noqa: F401  (mounts /models on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
 from . import openapi  # noqa: F401  (mounts /openapi.json on the blueprint)
 from . import ui  # (mounts the live page, /ui, on the blueprint)

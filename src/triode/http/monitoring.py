@@ -10,7 +10,7 @@ quantity split by a cause is one metric with a label (docs/observability.md list
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import attrs
 from prometheus_client.exposition import generate_latest
@@ -20,7 +20,8 @@ from prometheus_client.process_collector import ProcessCollector
 from quart import Response, current_app
 
 from ..storage.budget import BudgetStatistics
-from ..actors.messages import HistogramStatistics, ModelStatistics
+from ..actors.messages import HistogramStatistics
+from ..actors.models import ModelView
 from ..actors.registry import RegistryStatistics
 from ..model.speculative_stats import SpeculationStatistics
 from ..service import figures
@@ -46,8 +47,8 @@ async def health() -> Response:
     """503 when not ready (the engine is down, or a shared store cannot be reached): a
     readiness probe fails; the body still reports everything else."""
     h = handles()
-    f = await figures.gather(h.model, h.registry, h.stores)
-    body = figures.health(f, h.model, h.stores, name=h.model_names[0], blas=h.blas)
+    f = await figures.gather(h.models, h.registry, h.stores)
+    body = figures.health(f, h.stores, blas=h.blas)
     return json_response(body, 200 if f.ready else 503)
 
 
@@ -56,9 +57,10 @@ async def health() -> Response:
 async def metrics() -> Response:
     h = handles()
     access: AccessLog = current_app.config["TRIODE_ACCESS"]
-    f = await figures.gather(h.model, h.registry, h.stores)
+    f = await figures.gather(h.models, h.registry, h.stores)
     families = [
-        *model_metrics(h, f.model),
+        *model_metrics(h, f),
+        *models_metrics(f.models),
         *registry_metrics(f.registry),
         *store_metrics(f.stores),
         *http_metrics(access),
@@ -102,17 +104,55 @@ def histogram(name: str, help_: str, st: HistogramStatistics) -> HistogramMetric
     return HistogramMetricFamily(name, help_, buckets=histogram_buckets(st), sum_value=st.sum)
 
 
-def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
-    info = h.model.info
+def models_metrics(views: Iterable[ModelView]) -> list[Metric]:
+    """Each available model's state, memory, leases and load figures (label `model`)."""
+    views = list(views)
+    status = GaugeMetricFamily("triode_model_status", "each model's state: 1 for its status",
+                               labels=["model", "status"])
+    for v in views:
+        status.add_metric([v.spec.id, v.status], 1)
+
+    def per_model(family: GaugeMetricFamily | CounterMetricFamily,
+                  value: Callable[[ModelView], float | None]) -> Metric:
+        return labelled(family, (([v.spec.id], x) for v in views
+                                 if (x := value(v)) is not None))
+
+    return [
+        status,
+        per_model(GaugeMetricFamily("triode_model_memory_bytes", "memory a model takes "
+                                    "(measured at its load; before one, estimated)",
+                                    labels=["model"]), lambda v: v.memory_bytes),
+        per_model(GaugeMetricFamily("triode_model_leases", "requests holding a model "
+                                    "(running or queued)", labels=["model"]),
+                  lambda v: v.leases),
+        per_model(GaugeMetricFamily("triode_model_waiting", "requests waiting for a "
+                                    "model's load", labels=["model"]), lambda v: v.waiting),
+        per_model(CounterMetricFamily("triode_model_loads", "loads started, per model",
+                                      labels=["model"]), lambda v: v.loads),
+        per_model(GaugeMetricFamily("triode_model_load_seconds", "a model's last load's "
+                                    "duration", labels=["model"]), lambda v: v.load_seconds),
+        per_model(GaugeMetricFamily("triode_model_idle_seconds", "seconds since a loaded "
+                                    "model's last request ended", labels=["model"]),
+                  lambda v: v.idle_seconds),
+        per_model(CounterMetricFamily("triode_model_generated_tokens", "tokens a model "
+                                      "generated since it loaded", labels=["model"]),
+                  lambda v: None if v.statistics is None else v.statistics.tokens_generated),
+    ]
+
+
+def model_metrics(h: Handles, f: figures.Figures) -> list[Metric]:
+    """The default model's figures (the first --model), as with one model."""
+    model, info = f.model, f.default.info
     gen = model.generation
     cache = model.prompt_cache
     model_info = GaugeMetricFamily("triode_model_info", "the model served (always 1)",
                                    labels=["model", "path", "blas", "weights"])
-    model_info.add_metric([h.model_names[0], info.path, h.blas, info.weights], 1)
+    model_info.add_metric([f.default.spec.id, f.default.spec.path, h.blas,
+                           "not loaded" if info is None else info.weights], 1)
     families: list[Metric] = [
         model_info,
         gauge("triode_context_window_tokens", "the model's context window",
-              info.context_length),
+              f.default.context_window or 0),
         gauge("triode_slots_capacity", "generation slots (--parallel)", model.slots_total),
         gauge("triode_slots_busy", "generation slots in use", model.slots_busy),
         gauge("triode_queue_depth", "requests waiting for a slot", model.queue_depth),
@@ -172,7 +212,7 @@ def model_metrics(h: Handles, model: ModelStatistics) -> list[Metric]:
         counter("triode_prompt_cache_disk_skipped_total", "prompt cache files skipped as "
                 "truncated, corrupt or another configuration's", cache.disk_skipped),
     ]
-    if info.blas_threads is not None:
+    if info is not None and info.blas_threads is not None:
         families.append(gauge("triode_blas_threads", "MKL's thread cap", info.blas_threads))
     if model.speculation is not None:
         families += speculation_metrics(model.speculation)

@@ -42,14 +42,17 @@ _VARIABLE_IN_PATH = re.compile(r"{([^{}]+)}(?:/|$)")  # ... first in what is lef
 ERROR_STATUSES = {
     400: "Invalid request: `error.param` names the offending field (its JSON path).",
     401: "No API key, or the wrong one (the server was started with `--api-key`).",
+    403: "An admin route without an admin key (a tenant with \"admin\": true).",
     404: "No such object.",
     405: "Not a WebSocket upgrade: this path takes no plain HTTP GET.",
     413: f"The request body is larger than {MAX_BODY_BYTES} bytes (also once decoded).",
+    409: "The model is in use: it is never unloaded under a request.",
     415: "The request body's Content-Encoding is not gzip, deflate, zstd or identity.",
     429: "Too many background responses (or bytes of them) are running; retry later.",
-    500: "An unexpected server error.",
-    503: "The generation queue is full, the server is shutting down, or the shared store "
-         "cannot be reached (with Retry-After); retry later.",
+    500: "An unexpected server error, or the model failed to load (`model_load_failed`).",
+    503: "The generation queue is full, the server is shutting down, the shared store "
+         "cannot be reached, or the model cannot be loaded now (with Retry-After); retry "
+         "later.",
 }
 PATH_PARAMS = {
     "response_id": "a response's id (`resp_...`)",
@@ -274,4 +277,4 @@ def _tag(path: str) -> str:
 @documented(Operation("This document", dict[str, Any], public=True))
 async def openapi_document() -> Response:
     """The OpenAPI 3.1 document of this server's API, generated from its routes and types."""
-    return json_response(document(current_app, model=handles().model_names[0]))
+    return json_response(document(current_app, model=handles().models.default.id))

@@ -77,50 +77,6 @@ class InputTokens(TypedDict):
     input_tokens: int
 
 
-class ModelObject(TypedDict):
-    id: str
-    object: Literal["model"]
-    created: int
-    owned_by: str
-    context_window: int
-    input_modalities: list[str]     # what its input may hold: text, image, file
-
-
-class ModelList(TypedDict):
-    object: Literal["list"]
-    data: list[ModelObject]
-
-
-class TruncationPolicy(TypedDict):
-    mode: str
-    limit: int
-
-
-class CodexModel(TypedDict):
-    """A model as Codex CLI's model catalog describes it."""
-
-    slug: str
-    display_name: str
-    description: str
-    base_instructions: str
-    supported_reasoning_levels: list[Any]
-    shell_type: str
-    visibility: str
-    supported_in_api: bool
-    priority: int
-    supports_reasoning_summaries: bool
-    support_verbosity: bool
-    apply_patch_tool_type: str
-    truncation_policy: TruncationPolicy
-    supports_parallel_tool_calls: bool
-    context_window: int
-    experimental_supported_tools: list[Any]
-
-
-class CodexCatalog(TypedDict):
-    models: list[CodexModel]
-
-
 @route("/responses", methods=["POST"])
 @documented(Operation(
     "Create a response", ResponseObject, body=CreateResponse, stream=True,
@@ -160,7 +116,7 @@ async def count_input_tokens() -> Response:
     h = handles()
     body = await json_body()
     if isinstance(body, dict) and "model" not in body:
-        body = {**body, "model": h.model_names[0]}
+        body = {**body, "model": h.models.default.id}
     count = await h.turns.count_input_tokens(caller(), structure(body, InputTokensRequest))
     tokens: InputTokens = {"object": "response.input_tokens", "input_tokens": count}
     return json_response(tokens)
@@ -225,63 +181,6 @@ async def list_input_items(response_id: str) -> Response:
                           order=args.get("order"))
     items = await handles().turns.input_items(caller(), response_id)
     return json_response(page(items, paging, owner="response"))
-
-
-@route("/models", methods=["GET"])
-@documented(Operation(
-    "List the models", ModelList | CodexCatalog,
-    query=(Param("client_version", str, "Codex CLI's version: answer with Codex's model "
-                 "catalog instead"),)))
-async def list_models() -> Response:
-    """OpenAI's model list; with `client_version` in the query (Codex CLI fetching its
-    model catalog from a provider's `model_catalog_url`), Codex's catalog shape instead."""
-    if "client_version" in request.args:
-        catalog: CodexCatalog = {"models": [codex_catalog_entry()]}
-        return json_response(catalog)
-    models: ModelList = {"object": "list", "data": [model_object()]}
-    return json_response(models)
-
-
-@route("/models/<path:model_id>", methods=["GET"])
-@documented(Operation("Retrieve a model", ModelObject, errors=(404,)))
-async def retrieve_model(model_id: str) -> Response:
-    """The loaded model under any name a request's `model` may use; else 404."""
-    if model_id not in handles().model_names:
-        raise NotFound(f"The model '{model_id}' does not exist", param="model",
-                       code="model_not_found")
-    return json_response(model_object())
-
-
-# What Codex uses as its system prompt when it reads the model from triode's catalog: a local
-# model's context is small next to Codex's own ~17,000-character instructions.
-CODEX_INSTRUCTIONS = (
-    "You are a coding agent running in a terminal. Use the tools to inspect and change the "
-    "workspace, run commands to check your work, and answer briefly.")
-
-
-def codex_catalog_entry() -> CodexModel:
-    """The loaded model as Codex CLI's catalog describes a model: what it may send (no
-    reasoning levels, function tools and a freeform apply_patch) and its context window,
-    which Codex's auto-compaction works from."""
-    h = handles()
-    return {"slug": h.model_names[0], "display_name": h.model_names[0],
-            "description": "served by triode", "base_instructions": CODEX_INSTRUCTIONS,
-            "supported_reasoning_levels": [], "shell_type": "shell_command",
-            "visibility": "list", "supported_in_api": True, "priority": 1,
-            "supports_reasoning_summaries": False, "support_verbosity": False,
-            "apply_patch_tool_type": "freeform",
-            "truncation_policy": {"mode": "tokens", "limit": 10000},
-            "supports_parallel_tool_calls": True,
-            "context_window": h.model.info.context_length,
-            "experimental_supported_tools": []}
-
-
-def model_object() -> ModelObject:
-    h = handles()
-    return {"id": h.model_names[0], "object": "model", "created": h.started_at,
-            "owned_by": "triode", "context_window": h.model.info.context_length,
-            "input_modalities": ["text", "image", "file"] if h.model.info.vision
-            else ["text", "file"]}
 
 
 # ---- SSE ------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
                    ) -> dict[str, Any]:
     """Everything the page shows, but the plots' history (`history`), as the actors answer
     now."""
-    f = await figures.gather(h.model, h.registry, h.stores)
+    f = await figures.gather(h.models, h.registry, h.stores)
     model, stores = f.model, f.stores
     overview = await h.registry.overview()
     here = short_worker(h.board.worker_id) if h.board is not None else "this process"
@@ -194,7 +194,10 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
     cache = model.prompt_cache
     prompt_tokens = model.generation.prompt_tokens
     return {
-        "model": h.model_names[0], "worker": here, "started_at": h.started_at,
+        "model": f.default.spec.id,
+        "models": [figures.model_health(v) for v in f.models
+                   if who.tenant.may_use(v.spec.names)],
+        "worker": here, "started_at": h.started_at,
         "store": h.stores.responses.kind, "shared": h.board is not None,
         # The cancel path answers 400 while the response store is off (entries 0).
         "cancellable": responses is not None and responses.max_entries > 0,

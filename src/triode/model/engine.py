@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Generator, Sequence, cast
 
 import attrs
 
@@ -69,10 +69,46 @@ class StepOutput:
 SPECULATION_REPORT_STEPS = 16
 
 
+@attrs.frozen
+class Step:
+    """What an engine yields after each step: its outputs, posted to the trio thread (the
+    engine never waits for its actor while sequences run)."""
+
+    outputs: list[StepOutput]
+    idle: bool
+    prompt_cache: CacheFigures | None = None   # the engine's prompt cache; None: off
+    speculation: SpeculationStatistics | None = None   # when they changed; None: unchanged
+
+
 # (this step's outputs, idle, the prompt cache's figures or None, speculation's figures
 # or None: unchanged or off) -> commands
 Exchange = Callable[[list[StepOutput], bool, "CacheFigures | None",
                      "SpeculationStatistics | None"], Sequence[Command]]
+
+# An engine as the engine host steps it (model/host.py): it yields None after each piece of
+# its load and a Step after each step, and is sent the commands that arrived meanwhile
+# (None while it loads).
+Steps = Generator["Step | None", "Sequence[Command] | None", None]
+
+# Bytes of weights evaluated per piece of a load: a load yields between pieces, so the other
+# models' steps run meanwhile (about one decode step's worth of reading at a time).
+LOAD_PIECE_BYTES = 32 << 20
+
+
+def watched(steps: Steps, on_step: Callable[[Step], None]) -> Steps:
+    """`steps` with `on_step` called on each Step before it is yielded (a test's injected
+    fault, a bench's timing); closing it closes `steps`."""
+    commands: Sequence[Command] | None = None
+    try:
+        while True:
+            step = steps.send(commands)
+            if step is not None:
+                on_step(step)
+            commands = yield step
+    except StopIteration:
+        return
+    finally:
+        steps.close()
 
 
 def sampler_for(sampling: Sampling) -> Callable[[Any], Any]:
@@ -232,6 +268,27 @@ class _Sequence:
                                      # its untrimmable cache is kept too
 
 
+def evaluate_in_pieces(model: Any, piece_bytes: int = LOAD_PIECE_BYTES
+                       ) -> Generator[None, Any, None]:
+    """Evaluates a lazily loaded model's parameters about `piece_bytes` at a time, yielding
+    after each piece (the engine host steps other models meanwhile)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    piece: list[Any] = []
+    size = 0
+    flat = cast(list[tuple[str, Any]], tree_flatten(model.parameters()))
+    for _, array in flat:
+        piece.append(array)
+        size += array.nbytes
+        if size >= piece_bytes:
+            mx.eval(piece)
+            piece, size = [], 0
+            yield
+    if piece:
+        mx.eval(piece)
+
+
 def sequence_cache(model: Any, new_cache: Callable[[], Any]) -> list[Any]:
     """A new sequence's cache: `new_cache`'s, or mlx-lm's for the model."""
     from mlx_lm.models.cache import make_prompt_cache
@@ -268,11 +325,29 @@ class Engine:
         self.options = options
 
     def run(self, exchange: Exchange, started: Callable[[ModelInfo, Any], None]) -> None:
+        """Drives `steps` alone in the calling thread: `exchange` is given each step's
+        figures and returns the commands (blocking while the engine is idle)."""
+        steps = self.steps(started)
+        commands: Sequence[Command] | None = None
+        try:
+            while True:
+                step = steps.send(commands)
+                commands = None if step is None else exchange(
+                    step.outputs, step.idle, step.prompt_cache, step.speculation)
+        except StopIteration:
+            return
+        finally:
+            steps.close()
+
+    def steps(self, started: Callable[[ModelInfo, Any], None]) -> Steps:
+        """The engine as a generator: loads the model in pieces (yielding None between
+        them), calls `started`, then yields one Step per step and is sent the commands
+        that arrived meanwhile. Closing it ends the engine (its batch, its disk tier)."""
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         o = self.options
-        model, tokenizer, vision, weights = self._load()
+        model, tokenizer, vision, weights = yield from self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(o.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
@@ -337,9 +412,9 @@ class Engine:
         try:
             while True:
                 idle = not running and not loading
-                commands = exchange(outputs, idle, figures(), report.due(outputs, idle))
+                commands = yield Step(outputs, idle, figures(), report.due(outputs, idle))
                 outputs = []
-                for cmd in commands:
+                for cmd in commands or ():
                     if isinstance(cmd, Insert):
                         if cmd.request.images and vision is not None:
                             cmd = vision.placed(cmd)   # image tokens → their rows' ids
@@ -441,13 +516,15 @@ class Engine:
             return None
         return tier
 
-    def _load(self) -> tuple[Any, Any, Vision | None, str]:
+    def _load(self) -> Generator[None, Any, tuple[Any, Any, Vision | None, str]]:
         """The model and tokenizer; a vision model's language model (as mlx-lm's class)
-        with its vision half (model/vision.py); how the weights run."""
+        with its vision half (model/vision.py); how the weights run. The weights are read
+        lazily and evaluated LOAD_PIECE_BYTES at a time, yielding between pieces."""
         if vision_config(self.options.model) is not None:
             model, tokenizer, vision = load_vision(self.options.model)
             return model, tokenizer, vision, precision.describe(model)
-        loaded = load_model(self.options.model, self.options.load_options)
+        loaded = load_model(self.options.model, self.options.load_options, lazy=True)
+        yield from evaluate_in_pieces(loaded.model)
         return loaded.model, loaded.tokenizer, None, loaded.weights
 
     @staticmethod

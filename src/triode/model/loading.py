@@ -91,13 +91,16 @@ def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
     return loaded.model, loaded.tokenizer
 
 
-def load_model(model: str, options: LoadOptions = LoadOptions()) -> Loaded:
+def load_model(model: str, options: LoadOptions = LoadOptions(), *, lazy: bool = False
+               ) -> Loaded:
     """`model`: what `--model` names (model/sources.py: a local path, a Hugging Face repo id,
     a GGUF file, `ollama:NAME`, a shipped model's short name). The bundled model's
     architecture file (`tiny/sliding_qwen3.py`, named by its config.json) ships with triode,
     so it is trusted; no other model's code is run. The weights run as `options.cpu_weights`
     decides (model/precision.py). With `options.chat_template` the tokenizer renders that
-    template instead of its own (and mlx-lm's Python renderer for it, if it has one)."""
+    template instead of its own (and mlx-lm's Python renderer for it, if it has one).
+    `lazy`: an mlx-lm model's weights are left unevaluated (the engine evaluates them in
+    pieces); a GGUF's are read whole either way."""
     source = resolve(model)
     if source.gguf:
         path = Path(source.path)
@@ -108,7 +111,8 @@ def load_model(model: str, options: LoadOptions = LoadOptions()) -> Loaded:
         import mlx_lm
 
         mlx_load: Any = mlx_lm.load
-        mlx_model, tokenizer = mlx_load(source.path, trust_remote_code=is_bundled(model))
+        mlx_model, tokenizer = mlx_load(source.path, trust_remote_code=is_bundled(model),
+                                        lazy=lazy)
         float32 = precision.wants_float32(options.cpu_weights,
                                           precision.parameter_count(mlx_model))
     stored = precision.describe(mlx_model)

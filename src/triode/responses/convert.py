@@ -233,6 +233,16 @@ _register(Union[str, list[str], None], lambda v, _: v if v is None or isinstance
           else converter.structure(v, list[str]))
 
 
+def _str_or_number(value: Any, _: Any) -> Any:
+    if value is None or isinstance(value, str) or (isinstance(value, (int, float))
+                                                   and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"expected a string or a number, got {_json_type(value)}")
+
+
+_register(Union[str, float, None], _str_or_number)   # keep_alive: 300, "5m"
+
+
 def structure(data: Any, cls: type) -> Any:
     """Structures `data`; any failure is a 400 naming the first offending field."""
     if not isinstance(data, dict):

@@ -367,6 +367,9 @@ class CreateResponse:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # How long the model stays loaded once idle after this request (Ollama's keep_alive:
+    # seconds, or a duration such as "5m"; -1 never unloads, 0 unloads after it).
+    keep_alive: Union[str, float, None] = None
 
 
 @attrs.frozen(kw_only=True)

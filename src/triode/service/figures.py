@@ -15,7 +15,8 @@ import trio
 
 from ..storage.budget import BudgetStatistics
 from ..actors.messages import ModelStatistics
-from ..actors.model import ModelHandle
+from ..actors.model import idle_statistics
+from ..actors.models import ModelsHandle, ModelView
 from ..actors.registry import RegistryHandle, RegistryStatistics
 from ..errors import StoreUnavailable
 from ..model.speculative_stats import SpeculationStatistics
@@ -24,7 +25,8 @@ from .stores import Stores
 
 @attrs.frozen
 class Figures:
-    model: ModelStatistics
+    model: ModelStatistics      # the default model's (a model not loaded: all zero)
+    models: tuple[ModelView, ...]   # every available model, the default first
     registry: RegistryStatistics
     stores: dict[str, BudgetStatistics | None]   # None: a shared store that cannot be reached
     tasks: int                                   # trio tasks the process runs
@@ -34,13 +36,22 @@ class Figures:
         return all(st is not None for st in self.stores.values())
 
     @property
+    def default(self) -> ModelView:
+        return self.models[0]
+
+    @property
     def ready(self) -> bool:
-        """The engine runs and every store answers: what a readiness probe asks."""
-        return self.model.engine_alive and self.stores_reachable
+        """Every loaded model's engine runs and every store answers: what a readiness
+        probe asks."""
+        engines = all(v.statistics.engine_alive for v in self.models
+                      if v.statistics is not None)
+        return engines and self.stores_reachable
 
 
-async def gather(model: ModelHandle, registry: RegistryHandle, stores: Stores) -> Figures:
-    return Figures(await model.statistics(), await registry.statistics(),
+async def gather(models: ModelsHandle, registry: RegistryHandle, stores: Stores) -> Figures:
+    views = tuple(await models.views())
+    default = views[0].statistics or idle_statistics()
+    return Figures(default, views, await registry.statistics(),
                    await reachable_store_statistics(stores), count_tasks())
 
 
@@ -123,12 +134,36 @@ class ResponsesHealth(TypedDict):
     background_max_jobs: int
 
 
+class ModelHealth(TypedDict):
+    """One available model (docs/models.md)."""
+
+    id: str
+    status: str                # unloaded, loading, loaded, unloading, failed
+    error: str | None          # why it failed
+    pinned: bool
+    memory_bytes: int          # measured when it loaded (MLX's counter), else estimated
+    memory_measured: bool
+    load_seconds: float | None
+    loads: int
+    leases: int                # requests holding it (running or queued)
+    waiting: int               # requests waiting for its load
+    idle_seconds: float | None
+    expires_at: float | None   # when it unloads if still idle (unix time); None: never
+    keep_alive: float          # seconds; -1: never unloads when idle
+    context_window: int | None
+    engine_alive: bool
+    slots_busy: int
+    tokens: int
+
+
 class Health(TypedDict):
-    """Readiness and every actor's statistics (docs/observability.md)."""
+    """Readiness and every actor's statistics (docs/observability.md). The top-level
+    model fields are the default model's (the first --model); `models` has each one."""
 
     status: Literal["ok", "degraded"]
     store: StoreHealth
     model: str
+    models: list[ModelHealth]
     context_window: int
     weights: str          # how the weights run (and were stored): "float32 (stored as 4/8-bit)"
     blas: str
@@ -146,18 +181,32 @@ class Health(TypedDict):
     stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
 
 
-def health(f: Figures, model: ModelHandle, stores: Stores, *, name: str, blas: str
-           ) -> Health:
-    """`/health`'s body: `name` is the model's name as /v1/models lists it."""
-    m, registry, info = f.model, f.registry, model.info
+def model_health(v: ModelView) -> ModelHealth:
+    st = v.statistics
+    return {"id": v.spec.id, "status": v.status, "error": v.error, "pinned": v.spec.pinned,
+            "memory_bytes": v.memory_bytes, "memory_measured": v.measured,
+            "load_seconds": None if v.load_seconds is None else round(v.load_seconds, 3),
+            "loads": v.loads, "leases": v.leases, "waiting": v.waiting,
+            "idle_seconds": None if v.idle_seconds is None else round(v.idle_seconds, 3),
+            "expires_at": v.expires_at, "keep_alive": v.keep_alive,
+            "context_window": v.context_window,
+            "engine_alive": st is not None and st.engine_alive,
+            "slots_busy": 0 if st is None else st.slots_busy,
+            "tokens": 0 if st is None else st.tokens_generated}
+
+
+def health(f: Figures, stores: Stores, *, blas: str) -> Health:
+    """`/health`'s body."""
+    m, registry, info = f.model, f.registry, f.default.info
     return {
         "status": "ok" if f.ready else "degraded",
         "store": {"kind": stores.responses.kind, "reachable": f.stores_reachable},
-        "model": name,
-        "context_window": info.context_length,
-        "weights": info.weights,
+        "model": f.default.spec.id,
+        "models": [model_health(v) for v in f.models],
+        "context_window": f.default.context_window or 0,
+        "weights": "not loaded" if info is None else info.weights,
         "blas": blas,
-        "blas_threads": info.blas_threads,
+        "blas_threads": None if info is None else info.blas_threads,
         "engine_alive": m.engine_alive,
         "engine_restarts": m.engine_restarts,
         "engine_error": m.engine_error,

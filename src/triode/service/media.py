@@ -13,6 +13,7 @@ steps (pages, network reads), so a client that disconnects stops them
 from __future__ import annotations
 
 import base64
+import copy
 import http.client
 import ipaddress
 import socket
@@ -88,6 +89,15 @@ class Media:
         self.vision = vision
         # Decoding is CPU work: two at a time, beside the renders' own limiter.
         self._limiter = trio.CapacityLimiter(2)
+
+    def for_model(self, *, vision: bool) -> Media:
+        """The same reader (its limits and its limiter) for a model that does or does not
+        take images."""
+        if vision == self.vision:
+            return self
+        other = copy.copy(self)
+        other.vision = vision
+        return other
 
     async def resolve(self, given: list[InputItem]) -> list[InputItem]:
         """The items with their media made ready (the same list when there is none)."""

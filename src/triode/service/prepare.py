@@ -65,20 +65,32 @@ class TurnInput(Protocol):
 
 
 class Preparer:
-    def __init__(self, *, model: ModelHandle, stores: Stores, jobs: Jobs,
-                 model_names: tuple[str, ...], media: Media, hosted_tools: str = "ignore"):
+    def __init__(self, *, stores: Stores, jobs: Jobs, media: Media,
+                 hosted_tools: str = "ignore", model: ModelHandle | None = None):
         """`stores`: every tenant's (each call's `caller` picks its own, `Stores.of`).
         `jobs`: where a response that has not finished yet is found. `media`: the
-        process's one reader of a request's images and files."""
-        self._model = model
+        process's one reader of a request's images and files. `model`: the model it
+        renders with (`on` gives one on another model); the request's model name was
+        checked before (`Models.find`)."""
         self._stores = stores
         self._jobs = jobs
-        self._model_names = model_names
         self._hosted_tools = hosted_tools
+        self._media_limits = media
         self._media = media
+        self._model_handle = model
+        if model is not None:
+            self._media = media.for_model(vision=model.info.vision)
 
-    def check_model(self, name: str) -> None:
-        translate.check_model(name, self._model_names)
+    def on(self, model: ModelHandle) -> Preparer:
+        """This Preparer rendering with `model` (a lease's; cheap: nothing is copied but
+        the references)."""
+        return Preparer(stores=self._stores, jobs=self._jobs, media=self._media_limits,
+                        hosted_tools=self._hosted_tools, model=model)
+
+    @property
+    def _model(self) -> ModelHandle:
+        assert self._model_handle is not None, "a Preparer renders only `on` a model"
+        return self._model_handle
 
     async def prepare(self, caller: Caller, req: CreateResponse, *, submits: bool = True,
                       local: LocalResponses | None = None) -> tuple[Plan, Rendered]:
@@ -87,7 +99,6 @@ class Preparer:
         instructions, tools, restored reasoning. `submits=False`: only counting, no
         generation follows. A `previous_response_id` is looked up among `local`'s
         responses first, then in the store."""
-        self.check_model(req.model)
         translate.validate(req)
         past: list[Item] = []
         conversation = None
@@ -153,7 +164,6 @@ class Preparer:
         `CompactedHistory`); stores nothing.
         The history is `input`, after the `previous_response_id` chain if one is named (as
         OpenAI's API does; a superset of the seed, which refuses it)."""
-        self.check_model(req.model)
         for param in ("stream", "conversation"):
             if getattr(req, param) not in (None, False):
                 raise InvalidRequest(f"'{param}' is not accepted by /v1/responses/compact; "
@@ -188,7 +198,6 @@ class Preparer:
         `previous_response_id` chain, then the input, with the instructions and tools
         (validated as a create validates them). The same as `prepare`'s for a create that
         names no conversation."""
-        self.check_model(turn.model)
         translate.check_metadata(turn.metadata)
         past: list[Item] = []
         if turn.previous_response_id is not None:

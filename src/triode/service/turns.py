@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import attrs
 import trio
 
 from ..actors.jobs import JobBoardHandle
-from ..actors.model import ModelHandle
 from ..actors.registry import RegistryHandle
 from ..actors.supervisor import Keeper, Supervisor, SupervisorHandle
 from ..errors import InvalidRequest
+from ..model.catalog import ModelSpec
+from ..settings import parse_keep_alive
 from ..responses.ids import new_id
 from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent
 from ..responses.translate import Plan
@@ -37,6 +39,7 @@ from ..responses.wire import CompactRequest, CreateResponse
 from .background import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
 from .media import Media, MediaLimits
+from .models import ModelLease, Models
 from .prepare import Preparer
 from .prompts import PromptTemplates
 from ..actors.limits import TenantLimitsHandle, Ticket
@@ -63,29 +66,30 @@ class Started:
 
 
 class Turns:
-    def __init__(self, *, model: ModelHandle, registry: RegistryHandle, stores: Stores,
-                 model_names: tuple[str, ...], hosted_tools: str = "ignore",
+    def __init__(self, *, models: Models, registry: RegistryHandle, stores: Stores,
+                 hosted_tools: str = "ignore",
                  background_off: str | None = None, board: JobBoardHandle | None = None,
                  prompts_dir: Path | None = None, limits: TenantLimitsHandle | None = None,
-                 media: MediaLimits = MediaLimits()):
+                 media: MediaLimits = MediaLimits(), load_timeout: float = math.inf):
         """One for the process, every tenant's: each call names its `Caller`, whose view of
-        the stores (`Stores.of`) it reads and writes and whose limits apply.
+        the stores (`Stores.of`) it reads and writes and whose limits apply. `models`: the
+        models a request may name; each call that renders or generates holds a lease on its
+        model (loading it first, waiting up to `load_timeout` seconds).
         `background_off`: why background mode is off (one of its budgets is 0), if so.
         `board`: the job board of a shared store (background jobs across processes).
         `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any.
         `limits`: the tenants' limits (None: unlimited). `media`: the limits on images and
         files (`--media-*`), read by one `Media` for the process."""
-        self._model = model
+        self._models = models
+        self._load_timeout = load_timeout
         self._stores = stores
         self._limits = limits
         self._prompts = PromptTemplates(prompts_dir)
         self._registry = registry
-        self.model_names = model_names
         self._jobs = Jobs(registry=registry, responses=stores.responses, board=board,
                           background_off=background_off)
-        self._preparer = Preparer(model=model, stores=stores, jobs=self._jobs,
-                                  model_names=model_names, hosted_tools=hosted_tools,
-                                  media=Media(media, vision=model.info.vision))
+        self._preparer = Preparer(stores=stores, jobs=self._jobs, hosted_tools=hosted_tools,
+                                  media=Media(media))
 
     def _keeper(self, caller: Caller) -> ResponseKeeper:
         return ResponseKeeper(self._stores.of(caller))
@@ -115,20 +119,30 @@ class Turns:
         """Starts a response (a background job: accepts it). `local`: the connection's own
         responses (a WebSocket's), which `previous_response_id` may name and which a
         `store: false` response made here joins."""
+        spec = self._models.find(req.model, caller)
         req = await self._prompted(req)
         background = bool(req.background)
         if background and self._jobs.background_off is not None:
-            self._preparer.check_model(req.model)
             raise InvalidRequest(f"background mode is off: {self._jobs.background_off}",
                                  param="background")
-        plan, rendered = await self._preparer.prepare(caller, req, local=local)
+        lease = await self._lease(spec, req.keep_alive)
+        try:
+            return await self._start(caller, req, lease, background, local)
+        except BaseException:      # refused before a supervisor took the lease over
+            await lease.release()
+            raise
+
+    async def _start(self, caller: Caller, req: CreateResponse, lease: ModelLease,
+                     background: bool, local: LocalResponses | None) -> Started:
+        preparer = self._preparer.on(lease.handle)
+        plan, rendered = await preparer.prepare(caller, req, local=local)
         keeping = self._keeper(caller)
         await keeping.check_reachable(plan, background=background)
         if plan.dropped_tools:
             log.warning("dropped hosted tools this server cannot run: %s",
                         ", ".join(plan.dropped_tools))
         response_id = new_id("resp")
-        ready = await self._preparer.ready(caller, plan, rendered, background=background)
+        ready = await preparer.ready(caller, plan, rendered, background=background)
         keeper: Keeper = keeping if local is None else LocalKeeper(keeping, local)
         ticket = await self._begin(caller)
         if ticket is not None:
@@ -136,8 +150,8 @@ class Turns:
 
         def make() -> Supervisor:
             return Supervisor(response_id=response_id, plan=plan, ready=ready,
-                              model=self._model, background=background, keeper=keeper,
-                              key=caller.key(response_id))
+                              model=lease.handle, background=background, keeper=keeper,
+                              key=caller.key(response_id), lease=lease)
 
         try:
             if background:
@@ -149,23 +163,50 @@ class Turns:
             raise
         return Started(handle, plan.stream, background, plan.dropped_tools)
 
+    async def _lease(self, spec: ModelSpec, keep_alive: str | float | None) -> ModelLease:
+        """A lease on the request's model (loaded first if it is not); `keep_alive`: the
+        request's, how long the model stays loaded once idle."""
+        seconds = None
+        if keep_alive is not None:
+            try:
+                seconds = parse_keep_alive(keep_alive)
+            except ValueError as exc:
+                raise InvalidRequest(f"Invalid 'keep_alive': {exc}",
+                                     param="keep_alive") from None
+        return await self._models.acquire(spec, keep_alive=seconds,
+                                          timeout=self._load_timeout)
+
+    @contextlib.asynccontextmanager
+    async def _preparing(self, caller: Caller, model: str,
+                         keep_alive: str | float | None = None) -> AsyncIterator[Preparer]:
+        """A Preparer on the named model, leased for the block."""
+        lease = await self._lease(self._models.find(model, caller), keep_alive)
+        try:
+            yield self._preparer.on(lease.handle)
+        finally:
+            await lease.release()
+
     async def warm(self, caller: Caller, req: CreateResponse, local: LocalResponses
                    ) -> tuple[str, list[StreamEvent]]:
         """A warm-up (`generate: false` over a WebSocket): the request validated and rendered
         as `create` would, answered with a completed response without output (usage counts
         its input) that a later create on the same connection may name as
         `previous_response_id`. Nothing is generated or stored. Returns (id, events)."""
-        return await self._preparer.warm(caller, await self._prompted(req), local)
+        self._models.find(req.model, caller)
+        req = await self._prompted(req)
+        async with self._preparing(caller, req.model, req.keep_alive) as preparer:
+            return await preparer.warm(caller, req, local)
 
     async def count_input_tokens(self, caller: Caller, req: CreateResponse) -> int:
         """The input's tokens exactly as `create` would render them."""
-        return await self._preparer.count_input_tokens(caller, await self._prompted(req))
+        self._models.find(req.model, caller)
+        req = await self._prompted(req)
+        async with self._preparing(caller, req.model, req.keep_alive) as preparer:
+            return await preparer.count_input_tokens(caller, req)
 
     async def _prompted(self, req: CreateResponse) -> CreateResponse:
-        """`req` with its stored prompt rendered into its instructions (a wrong model is
-        still refused first)."""
-        if req.prompt is not None:
-            self._preparer.check_model(req.model)
+        """`req` with its stored prompt rendered into its instructions (its model was
+        checked first)."""
         return await self._prompts.apply(req)
 
     async def compact(self, caller: Caller, req: CompactRequest) -> CompactedHistory:
@@ -174,7 +215,8 @@ class Turns:
         ticket = await self._begin(caller)
         output_tokens = 0
         try:
-            compacted = await self._preparer.compact(caller, req)
+            async with self._preparing(caller, req.model) as preparer:
+                compacted = await preparer.compact(caller, req)
             output_tokens = compacted.usage.output_tokens
             return compacted
         finally:

@@ -1,0 +1,227 @@
+"""The engine host: the one thread that touches MLX, stepping every loaded model's engine.
+
+MLX is not safe to drive from several threads at once (mlx #3078: independent models on
+separate threads crash it), so however many models are loaded, one thread runs all their
+engines. Each engine is a generator (`Engine.steps`); the host advances every runnable
+engine by one step (or one piece of its load) per round, in turn, so a long prefill on one
+model delays another's next token by at most one of its chunked steps, and a load by one
+piece (LOAD_PIECE_BYTES). An engine is runnable while it loads, while it has sequences, and
+when its actor handed it commands or asked it to stop; an idle engine costs nothing, and
+when none is runnable the thread parks on its condition.
+
+Each model actor holds one `EngineLink`: the commands it hands its engine, its stop flag, and
+the callback its engine's steps are posted to (`ModelActor._guarded_step`, run in the trio
+thread). `EngineHost.run_engine` is what the actor awaits instead of a thread of its own:
+it returns when the engine ends, and raises what the engine raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Protocol, Sequence
+
+import attrs
+import outcome
+import trio
+
+from ..model import memory
+from ..model.engine import Command, Step, Steps
+from ..model.loading import ModelInfo
+
+log = logging.getLogger(__name__)
+
+
+class EngineStopping(Exception):
+    """An engine's end that its actor asked for (`EngineLink.stop`) or the host's shutdown."""
+
+
+class SteppedEngine(Protocol):
+    """What the host runs (`model.engine.Engine`; a fake in tests)."""
+
+    def steps(self, started: Callable[[ModelInfo, Any], None]) -> Steps: ...
+
+
+class EngineLink:
+    """One model actor's side of the host: the commands handed to its engine and its stop
+    flag, under the host's one lock, and where its engine's steps go."""
+
+    def __init__(self, condition: threading.Condition, post: Callable[[Step], None]):
+        self._condition = condition
+        self._post = post
+        self._handed: list[Command] = []
+        self._stopping = False
+
+    def hand(self, commands: Sequence[Command]) -> None:
+        """Called in the trio thread: the engine takes them at its next step."""
+        with self._condition:
+            self._handed += commands
+            self._condition.notify()
+
+    def stop(self) -> None:
+        """The running engine ends at its next turn (its generator is closed)."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify()
+
+    def reset(self) -> None:
+        """Before a fresh engine starts: nothing handed, not stopping."""
+        with self._condition:
+            self._stopping = False
+
+    def clear(self) -> None:
+        with self._condition:
+            self._handed.clear()
+
+    # ---- the host thread's side (under the condition's lock) ------------------------------
+
+    def _take(self) -> list[Command]:
+        commands, self._handed = self._handed, []
+        return commands
+
+    @property
+    def _wanted(self) -> bool:
+        return bool(self._handed) or self._stopping
+
+
+@attrs.define(eq=False)
+class _Hosted:
+    steps: Steps
+    link: EngineLink
+    finished: Callable[[outcome.Outcome[None]], None]
+    loading: bool = True    # until its first Step
+    idle: bool = False
+
+    def runnable(self) -> bool:
+        return self.loading or not self.idle or self.link._wanted
+
+
+class EngineHost:
+    """Started once per process (system.py), before the model actors."""
+
+    def __init__(self, release: Callable[[], None] = memory.release) -> None:
+        """`release`: run in the host thread after an engine ends, so the memory its model
+        held returns (model/memory.py)."""
+        self._release = release
+        self._condition = threading.Condition(threading.Lock())
+        self._engines: list[_Hosted] = []
+        self._closing = False
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.rounds = 0      # rounds in which more than one engine was stepped
+        self.steps = 0
+
+    def link(self, post: Callable[[Step], None]) -> EngineLink:
+        return EngineLink(self._condition, post)
+
+    async def run(self, *, task_status: trio.TaskStatus[EngineHost] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Runs the host thread until cancelled; then every engine still hosted is closed
+        (as its actor's stop would) before the thread ends."""
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._close_when_cancelled)
+            task_status.started(self)
+            try:
+                await trio.to_thread.run_sync(self._loop, limiter=trio.CapacityLimiter(1))
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _close_when_cancelled(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with self._condition:
+                self._closing = True
+                self._condition.notify()
+
+    async def run_engine(self, engine: SteppedEngine, link: EngineLink,
+                         started: Callable[[ModelInfo, Any], None]) -> None:
+        """Hosts `engine` until it ends (an EngineStopping when `link.stop` ended it) and
+        raises what it raised. Not cancellable, like a thread: cancel through `link.stop`."""
+        assert self._token is not None, "the engine host is not running"
+        done = trio.Event()
+        result: list[outcome.Outcome[None]] = []
+        token = self._token
+
+        def finished(ended: outcome.Outcome[None]) -> None:   # in the host thread
+            def tell() -> None:
+                result.append(ended)
+                done.set()
+            token.run_sync_soon(tell)
+
+        hosted = _Hosted(engine.steps(started), link, finished)
+        with self._condition:
+            if self._closing:
+                raise EngineStopping("the engine host has stopped")
+            self._engines.append(hosted)
+            self._condition.notify()
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        result[0].unwrap()
+
+    # ---- the host thread ------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._condition:
+                while not self._closing and not any(e.runnable() for e in self._engines):
+                    self._condition.wait()
+                if self._closing:
+                    closing, self._engines = self._engines, []
+                else:
+                    ready = [e for e in self._engines if e.runnable()]
+            if self._closing:
+                for hosted in closing:
+                    self._end(hosted, stopped=True)
+                return
+            self.rounds += len(ready) > 1
+            for hosted in ready:
+                if not self._advance(hosted):
+                    with self._condition:
+                        self._engines.remove(hosted)
+
+    def _advance(self, hosted: _Hosted) -> bool:
+        """One step (or load piece) of one engine; False once it has ended."""
+        with self._condition:
+            stopping = hosted.link._stopping
+            commands = None if hosted.loading or stopping else hosted.link._take()
+        if stopping:
+            self._end(hosted, stopped=True)
+            return False
+        try:
+            step = hosted.steps.send(commands)
+        except StopIteration:
+            self._ended(hosted, outcome.Value(None))
+            return False
+        except BaseException as exc:   # the engine died: its actor decides what follows
+            self._ended(hosted, outcome.Error(exc))
+            return False
+        self.steps += 1
+        if step is None:   # a piece of its load
+            return True
+        hosted.loading = False
+        hosted.idle = step.idle
+        hosted.link._post(step)
+        return True
+
+    def _end(self, hosted: _Hosted, *, stopped: bool) -> None:
+        try:
+            hosted.steps.close()   # its finally blocks: the batch, the disk tier
+        except BaseException as exc:
+            log.warning("closing an engine raised", exc_info=exc)
+        self._ended(hosted, outcome.Error(EngineStopping()) if stopped
+                    else outcome.Value(None))
+
+    def _ended(self, hosted: _Hosted, result: outcome.Outcome[None]) -> None:
+        """An engine is over: its memory is given back, then its actor is told."""
+        hosted.steps = _ended_steps()   # the last reference to its frame (and its model)
+        try:
+            self._release()
+        except Exception as exc:
+            log.warning("releasing an ended engine's memory failed", exc_info=exc)
+        hosted.finished(result)
+
+
+def _ended_steps() -> Steps:
+    return
+    yield   # a generator that has ended
