@@ -184,9 +184,10 @@ async def test_engine_death_ends_held_requests_and_a_fresh_engine_takes_over():
 
 class AlwaysDyingEngine(FakeEngine):
     def steps(self, started):
+        """Serves (one step), then dies: each fresh engine the same."""
         started(ModelInfo(path="fake", context_length=64, eos_token_ids=(0,), vocab_size=8), None)
+        yield Step([], idle=False)
         raise RuntimeError("broken for good")
-        yield
 
 
 async def test_an_engine_that_keeps_dying_is_given_up(monkeypatch):

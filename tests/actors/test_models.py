@@ -26,10 +26,11 @@ from .test_model_actor import FakeEngine
 
 class SlowEngine(FakeEngine):
     """A fake engine whose load yields `pieces` times (as the real one does between pieces
-    of its weights) and waits at `gate` first, if one is set; a model whose path starts
-    with `broken` fails to load."""
+    of its weights), waits at `gate` first and at `weights` after its tokenizer is ready, if
+    they are set; a model whose path starts with `broken` fails to load."""
 
-    gate: threading.Event | None = None
+    gate: threading.Event | None = None      # held before its tokenizer is ready
+    weights: threading.Event | None = None   # held after it, before its weights are
     pieces = 3
 
     def __init__(self, options):
@@ -44,12 +45,14 @@ class SlowEngine(FakeEngine):
             yield None
         for _ in range(self.pieces):
             yield None
-        self.tokenizer = None
-        return (yield from super().steps(started))
-
-
-def actor_factory(options, host, max_queue):
-    return ModelActor(options, host=host, max_queue=max_queue, engine_factory=SlowEngine)
+        inner = super().steps(started)
+        step = inner.send(None)   # its tokenizer: `started`
+        while SlowEngine.weights is not None and not SlowEngine.weights.is_set():
+            time.sleep(0.002)     # its weights, in pieces
+            yield None
+        while True:
+            commands = yield step
+            step = inner.send(commands)
 
 
 def spec(name: str, tmp_path=None, size: int = 0, **kw) -> ModelSpec:
@@ -62,9 +65,16 @@ def spec(name: str, tmp_path=None, size: int = 0, **kw) -> ModelSpec:
     return ModelSpec(names=(name, source), source=source, **kw)
 
 
-async def start(nursery, specs, **kw):
+async def start(nursery, specs, *, engine=None, **kw):
+    """A registry of `specs` over one engine host, its model actors running `engine`
+    (default SlowEngine)."""
     host = await nursery.start(EngineHost().run)
     options = lambda s: EngineOptions(model=s.path, parallel=2)  # noqa: E731
+
+    def actor_factory(options, host, max_queue):
+        return ModelActor(options, host=host, max_queue=max_queue,
+                          engine_factory=engine or SlowEngine)
+
     kw.setdefault("max_model_memory", 1 << 40)
     registry = ModelsRegistry(tuple(specs), host=host, engine_options=options, max_queue=4,
                               actor_factory=actor_factory, **kw)
@@ -107,9 +117,9 @@ async def generate(lease, tokens: int = 3) -> int:
 
 @pytest.fixture(autouse=True)
 def no_gate():
-    SlowEngine.gate = None
+    SlowEngine.gate = SlowEngine.weights = None
     yield
-    SlowEngine.gate = None
+    SlowEngine.gate = SlowEngine.weights = None
 
 
 async def test_a_model_loads_when_asked_for_and_serves(nursery):
@@ -369,3 +379,53 @@ def test_the_first_model_is_loaded_at_start():
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+async def test_an_early_lease_comes_with_the_tokenizer_and_generation_waits_for_weights(
+        nursery):
+    """A stream's lease (`early`) is answered once the tokenizer is ready: it renders and
+    queues; its tokens come once the weights are in. The model is `loading` until then, and
+    a request that is not early still waits for `loaded`."""
+    SlowEngine.weights = threading.Event()
+    _, models = await start(nursery, [spec("a")])
+    lease = await models.acquire(models.find("a"), early=True)
+    assert (await status(models))["a"] == "loading"
+    got: list[int] = []
+
+    async def stream() -> None:
+        got.append(await generate(lease))
+
+    nursery.start_soon(stream)
+    later = waiting_for(nursery, models, "a")
+    await trio.sleep(0.1)
+    assert not got and not later and (await status(models))["a"] == "loading"
+    SlowEngine.weights.set()
+    assert (await (await first(later)).release()) is None
+    with trio.fail_after(10):
+        while not got:
+            await trio.sleep(0.01)
+    assert got == [3] and (await status(models))["a"] == "loaded"
+    await lease.release()
+
+
+async def test_an_early_lease_released_during_the_load_cancels_it(nursery):
+    SlowEngine.weights = threading.Event()
+    _, models = await start(nursery, [spec("a")])
+    lease = await models.acquire(models.find("a"), early=True)
+    await lease.release()   # the stream's client went away while the weights loaded
+    assert (await status(models))["a"] == "unloaded"
+
+
+async def test_weights_that_fail_to_load_after_the_tokenizer_fail_the_model(nursery):
+    """An engine that dies before its first step (its weights: corrupt, out of memory) is a
+    failed load, not an engine to restart: the model is `failed`."""
+    class DiesLoading(SlowEngine):
+        def steps(self, started):
+            started(None, None)
+            yield None
+            raise MemoryError("cannot allocate the weights")
+
+    _, models = await start(nursery, [spec("b")], engine=DiesLoading)
+    with pytest.raises(ModelLoadFailed) as failed:
+        await models.acquire(models.find("b"))
+    assert "MemoryError: cannot allocate the weights" in failed.value.message

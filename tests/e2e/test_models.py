@@ -189,3 +189,22 @@ def test_each_tenant_sees_and_uses_only_its_models(tmp_path, llama3):
         allowed = server.http.post(f"/v1/models/{llama3.name}/load",
                                    headers={"Authorization": "Bearer sk-ops"})
         assert allowed.status_code == 200 and allowed.json()["status"] == "loaded"
+
+
+def test_a_stream_and_a_background_job_answer_before_their_model_has_loaded(three, llama3):
+    """A stream's response.created and a background job's `queued` object come before the
+    model's weights (they wait in its queue); both then complete."""
+    http, client = three.http, three.client()
+    assert http.post(f"/v1/models/{llama3.name}/unload").status_code == 200
+    events = client.responses.create(model=str(llama3), input="Hi.", max_output_tokens=8,
+                                     stream=True)
+    types = [e.type for e in events]
+    assert types[0] == "response.created"
+    assert types[-1] in ("response.completed", "response.incomplete")
+    assert http.post(f"/v1/models/{llama3.name}/unload").status_code == 200
+    job = client.responses.create(model=str(llama3), input="Hi.", max_output_tokens=8,
+                                  background=True)
+    assert job.status in ("queued", "in_progress")
+    wait_until(lambda: client.responses.retrieve(job.id).status in ("completed",
+                                                                    "incomplete"),
+               timeout=60)

@@ -114,10 +114,13 @@ class ModelHandle:
     threads without a round trip through the actor."""
 
     def __init__(self, inbox: trio.MemorySendChannel[ModelMessage], info: ModelInfo,
-                 tokenizer: Any):
+                 tokenizer: Any, serving: trio.Event | None = None):
+        """`serving`: set once the engine's weights are loaded and it steps (None: at
+        once); requests may render, and submit to wait in the queue, before."""
         self._inbox = inbox
         self.info = info
         self.tokenizer = tokenizer
+        self._serving = serving
         self._render_limiter = trio.CapacityLimiter(2)
         self._large_render_limiter = trio.CapacityLimiter(1)   # see LARGE_RENDER_CHARS
 
@@ -181,6 +184,11 @@ class ModelHandle:
 
     async def statistics(self) -> ModelStatistics:
         return await ask(self._inbox, ModelStatisticsRequest)
+
+    async def serving(self) -> None:
+        """Returns once the engine serves (its weights are loaded)."""
+        if self._serving is not None:
+            await self._serving.wait()
 
 
 def text_size(value: Any) -> int:
@@ -248,6 +256,8 @@ class ModelActor:
         # flag, and where its steps are posted (in the trio thread, in order).
         self._link = self._host.link(self._post)
         self._token: trio.lowlevel.TrioToken | None = None
+        self._serving = trio.Event()    # the first engine's first step came
+        self._stepped = False           # the running engine's first step came (host thread)
         self._arrivals = Arrivals()
         self._nursery: trio.Nursery | None = None
         self._hold: trio.CancelScope | None = None  # the deadline of held Inserts, if any
@@ -286,7 +296,7 @@ class ModelActor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
-            task_status.started(ModelHandle(send, info, tokenizer))
+            task_status.started(ModelHandle(send, info, tokenizer, self._serving))
             with inbox:   # once the actor ends (its model unloads), asking it fails at once
                 await self._handle_messages(inbox)
 
@@ -336,6 +346,7 @@ class ModelActor:
         deaths: deque[float] = deque()
         while True:
             link.reset()
+            self._stepped = False
             self._step_failure = None
             died: Exception | None = None
             async with trio.open_nursery() as nursery:
@@ -350,8 +361,11 @@ class ModelActor:
                     nursery.cancel_scope.cancel()
             if died is None:
                 return  # the Cancelled of the enclosing scope follows
-            if not loaded:
-                raise died  # failed while loading the first time: the server cannot start
+            if not self._serving.is_set():
+                # Failed while loading the first time (its weights, or before): the model
+                # cannot serve; requests that waited for it end.
+                self._engine_stopped(died)
+                raise died
             if died is self._step_failure:
                 log.error("handling an engine step failed; replacing the engine", exc_info=died)
             else:
@@ -375,7 +389,12 @@ class ModelActor:
         processed in the trio thread, in order, while MLX computes other steps. A command
         they cause (a cut-off consumer's Remove, a waiter's Insert) is taken at the
         engine's next step."""
-        if (step.outputs or step.speculation is not None) and self._token is not None:
+        if self._token is None:
+            return
+        if not self._stepped:
+            self._stepped = True
+            self._token.run_sync_soon(self._serving.set)
+        if step.outputs or step.speculation is not None:
             self._token.run_sync_soon(self._guarded_step, step)
 
     # ---- state changes (only ever called from the trio thread: the actor loop, or `_step`

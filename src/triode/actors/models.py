@@ -118,6 +118,7 @@ class _Acquire:
     keep_alive: float | None
     autoload: bool | None   # None: as the server says (--no-autoload); True: load it anyway
     reply: ReplyChannel[tuple[int, trio.MemoryReceiveChannel[outcome.Outcome[ModelHandle]]]]
+    early: bool = False     # answered once the tokenizer is ready (the weights may follow)
 
 
 @attrs.frozen
@@ -149,6 +150,7 @@ class _Model:
     waiters: dict[int, trio.MemorySendChannel[outcome.Outcome[ModelHandle]]] = \
         attrs.Factory(dict)
     keep_alives: dict[int, float] = attrs.Factory(dict)   # each waiter's request's
+    early: set[int] = attrs.Factory(set)   # waiters answered once the tokenizer is ready
     measured: int | None = None            # bytes its last load took (MLX's counter)
     loads: int = 0
     load_began: float | None = None
@@ -261,7 +263,8 @@ class ModelsRegistry:
         send, recv = trio.open_memory_channel[outcome.Outcome[ModelHandle]](1)
         keep = model.spec.keep_alive if msg.keep_alive is None else msg.keep_alive
         model.keep_alives[uid] = keep
-        if model.status == "loaded":
+        if model.status == "loaded" or (msg.early and model.status == "loading"
+                                        and model.handle is not None):
             assert model.handle is not None
             self._lease(model, uid)
             send.send_nowait(outcome.Value(model.handle))
@@ -272,6 +275,8 @@ class ModelsRegistry:
                                  "with --no-autoload; POST /v1/models/"
                                  f"{model.spec.id}/load loads it)", param="model")
         model.waiters[uid] = send
+        if msg.early:
+            model.early.add(uid)
         if model.status in ("unloaded", "failed"):
             self._load(model)
         # loading: it joins the waiters; unloading: it loads again once the unload is done
@@ -288,11 +293,16 @@ class ModelsRegistry:
             model: _Model = leased[0]
             model.keep_alive = leased[1]   # the last request's keep-alive rules
             model.leases.discard(uid)
-            if not model.busy:
+            if not model.busy and model.status == "loading":
+                log.info("model %s: nobody waits for its load any more; cancelled",
+                         model.spec.id)
+                self._stop(model, "its load was cancelled")
+            elif not model.busy:
                 self._idle(model)
             return
         for model in self._models.values():
             model.keep_alives.pop(uid, None)
+            model.early.discard(uid)
             if model.waiters.pop(uid, None) is not None:
                 if not model.busy and model.status == "loading" and model.scope is not None:
                     log.info("model %s: nobody waits for its load any more; cancelled",
@@ -423,6 +433,8 @@ class ModelsRegistry:
                 async with trio.open_nursery() as nursery:
                     handle: ModelHandle = await nursery.start(self._actor_factory(
                         self._engine_options(spec), self._host, self._max_queue).run)
+                    self._tokenizer_ready(model, handle)
+                    await handle.serving()   # its weights are in memory
                     progress.cancel()
                     measured = max(0, await trio.to_thread.run_sync(memory.active_bytes)
                                    - before)
@@ -437,6 +449,25 @@ class ModelsRegistry:
                 progress.cancel()
         self._unloaded(model, failure)
 
+    def _tokenizer_ready(self, model: _Model, handle: ModelHandle) -> None:
+        """Its configuration and tokenizer are read, its weights not yet: the requests that
+        may wait for the weights in its queue (streams and background jobs, which answer at
+        once) get their leases now; the others wait for `_loaded`."""
+        model.handle = handle
+        for uid in [u for u in model.waiters if u in model.early]:
+            self._hand_over(model, uid, handle)
+
+    def _hand_over(self, model: _Model, uid: int, handle: ModelHandle) -> None:
+        """A waiter becomes a lease, in the same step as it is answered."""
+        send = model.waiters.pop(uid)
+        model.early.discard(uid)
+        self._lease(model, uid)
+        with send:
+            try:
+                send.send_nowait(outcome.Value(handle))
+            except (trio.BrokenResourceError, trio.WouldBlock):
+                pass   # its caller went away; its release follows
+
     def _loaded(self, model: _Model, handle: ModelHandle, measured: int) -> None:
         model.status = "loaded"
         model.handle = handle
@@ -445,14 +476,8 @@ class ModelsRegistry:
         model.load_seconds = trio.current_time() - (model.load_began or trio.current_time())
         model.last_used = trio.current_time()
         describe_loaded(model.spec, handle, model.load_seconds, measured)
-        waiters, model.waiters = model.waiters, {}
-        for uid, send in waiters.items():   # leases in this same step: no eviction between
-            self._lease(model, uid)
-            with send:
-                try:
-                    send.send_nowait(outcome.Value(handle))
-                except (trio.BrokenResourceError, trio.WouldBlock):
-                    pass   # its caller went away; its release follows
+        for uid in list(model.waiters):   # leases in this same step: no eviction between
+            self._hand_over(model, uid, handle)
         if not model.busy:
             self._idle(model)   # loaded on request (the admin route), or all waiters left
 
@@ -581,13 +606,16 @@ class ModelsHandle:
                            code="model_not_found") from None
 
     async def acquire(self, spec: ModelSpec, *, keep_alive: float | None = None,
-                      timeout: float = math.inf, autoload: bool | None = None) -> Lease:
+                      timeout: float = math.inf, autoload: bool | None = None,
+                      early: bool = False) -> Lease:
         """A lease on `spec`'s model, loading it first if needed (waiting up to `timeout`
         seconds: then a 503 with Retry-After; the load goes on for the next request). A
         cancel while it loads withdraws this request, and cancels the load when nobody
-        else waits for it."""
+        else waits for it. `early`: answered once the model's tokenizer is ready, before
+        its weights (the request renders, answers, and waits in the model's queue)."""
         asked: tuple[int, trio.MemoryReceiveChannel[outcome.Outcome[ModelHandle]]] = \
-            await ask(self._inbox, lambda r: _Acquire(spec.id, keep_alive, autoload, r))
+            await ask(self._inbox, lambda r: _Acquire(spec.id, keep_alive, autoload, r,
+                                                      early))
         uid, ready = asked
         try:
             with trio.move_on_after(timeout) as waited:

@@ -340,14 +340,16 @@ class Engine:
             steps.close()
 
     def steps(self, started: Callable[[ModelInfo, Any], None]) -> Steps:
-        """The engine as a generator: loads the model in pieces (yielding None between
-        them), calls `started`, then yields one Step per step and is sent the commands
-        that arrived meanwhile. Closing it ends the engine (its batch, its disk tier)."""
+        """The engine as a generator: reads the model's configuration and tokenizer, calls
+        `started` (requests can be rendered from then on), evaluates its weights in pieces
+        (yielding None between them), then yields one Step per step and is sent the
+        commands that arrived meanwhile: its first Step says it serves. Closing it ends
+        the engine (its batch, its disk tier)."""
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         o = self.options
-        model, tokenizer, vision, weights = yield from self._load()
+        model, tokenizer, vision, weights = self._load()
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(o.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
@@ -386,6 +388,7 @@ class Engine:
         if cache is not None and needs_snapshots(sequence_cache(model, new_cache)):
             close = turn_close(tokenizer)
         started(info, tokenizer)
+        yield from evaluate_in_pieces(model)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)
@@ -516,15 +519,14 @@ class Engine:
             return None
         return tier
 
-    def _load(self) -> Generator[None, Any, tuple[Any, Any, Vision | None, str]]:
+    def _load(self) -> tuple[Any, Any, Vision | None, str]:
         """The model and tokenizer; a vision model's language model (as mlx-lm's class)
-        with its vision half (model/vision.py); how the weights run. The weights are read
-        lazily and evaluated LOAD_PIECE_BYTES at a time, yielding between pieces."""
+        with its vision half (model/vision.py); how the weights run. An mlx-lm model's
+        weights are not evaluated yet (`steps` evaluates them LOAD_PIECE_BYTES at a time)."""
         if vision_config(self.options.model) is not None:
             model, tokenizer, vision = load_vision(self.options.model)
             return model, tokenizer, vision, precision.describe(model)
         loaded = load_model(self.options.model, self.options.load_options, lazy=True)
-        yield from evaluate_in_pieces(loaded.model)
         return loaded.model, loaded.tokenizer, None, loaded.weights
 
     @staticmethod

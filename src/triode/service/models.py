@@ -32,8 +32,8 @@ class Models(Protocol):
     def find(self, name: str, caller: Caller | None = None) -> ModelSpec: ...
 
     async def acquire(self, spec: ModelSpec, *, keep_alive: float | None = None,
-                      timeout: float = math.inf, autoload: bool | None = None
-                      ) -> ModelLease: ...
+                      timeout: float = math.inf, autoload: bool | None = None,
+                      early: bool = False) -> ModelLease: ...
 
 
 class _Held:
@@ -84,6 +84,6 @@ class FixedModel:
                         param="model")
 
     async def acquire(self, spec: ModelSpec, *, keep_alive: float | None = None,
-                      timeout: float = math.inf, autoload: bool | None = None
-                      ) -> ModelLease:
+                      timeout: float = math.inf, autoload: bool | None = None,
+                      early: bool = False) -> ModelLease:
         return _Held(self._handle)

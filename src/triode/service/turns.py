@@ -125,7 +125,9 @@ class Turns:
         if background and self._jobs.background_off is not None:
             raise InvalidRequest(f"background mode is off: {self._jobs.background_off}",
                                  param="background")
-        lease = await self._lease(spec, req.keep_alive)
+        # A stream or a background job answers at once: it may wait for its model's
+        # weights in the model's queue (response.created, or the job `queued`, first).
+        lease = await self._lease(spec, req.keep_alive, early=bool(req.stream or background))
         try:
             return await self._start(caller, req, lease, background, local)
         except BaseException:      # refused before a supervisor took the lease over
@@ -163,7 +165,8 @@ class Turns:
             raise
         return Started(handle, plan.stream, background, plan.dropped_tools)
 
-    async def _lease(self, spec: ModelSpec, keep_alive: str | float | None) -> ModelLease:
+    async def _lease(self, spec: ModelSpec, keep_alive: str | float | None, *,
+                     early: bool = False) -> ModelLease:
         """A lease on the request's model (loaded first if it is not); `keep_alive`: the
         request's, how long the model stays loaded once idle."""
         seconds = None
@@ -174,7 +177,7 @@ class Turns:
                 raise InvalidRequest(f"Invalid 'keep_alive': {exc}",
                                      param="keep_alive") from None
         return await self._models.acquire(spec, keep_alive=seconds,
-                                          timeout=self._load_timeout)
+                                          timeout=self._load_timeout, early=early)
 
     @contextlib.asynccontextmanager
     async def _preparing(self, caller: Caller, model: str,
