@@ -1,4 +1,5 @@
-"""The engine host: one thread steps every hosted engine in turn, a load in pieces between
+"""The engine host: one thread steps every hosted engine, each by its fair share of the
+thread's time (a cheap engine beside a costly one runs more steps), a load in pieces between
 another engine's steps, an idle engine parks, a stop closes the engine's generator (its
 finally blocks run), an engine's exception reaches its actor, and the memory release runs
 after each engine's end."""
@@ -31,6 +32,7 @@ class Scripted:
         try:
             for _ in range(self.loads):
                 self.threads.add(threading.get_ident())
+                time.sleep(0.002)   # a piece's reading
                 log.append((self.name, "load"))
                 yield None
             started(None, None)
@@ -132,3 +134,36 @@ async def test_an_engine_s_exception_reaches_its_actor_and_the_others_run_on(nur
             await trio.sleep(0.01)
     assert released == ["released"]
     link_o.stop()
+
+
+async def test_two_busy_engines_share_the_thread_s_time_not_its_steps(nursery):
+    """A 1 ms engine beside a 10 ms one: each gets about half the time, so the cheap one
+    takes several steps to the costly one's each (a step-by-step turn would hold it to the
+    costly one's pace)."""
+    host, _ = await host_in(nursery)
+
+    class Costly(Scripted):
+        def __init__(self, name, cost):
+            super().__init__(name, steps=10_000)
+            self.cost = cost
+
+        def steps(self, started):
+            started(None, None)
+            commands = yield Step([], idle=True)
+            while True:
+                time.sleep(self.cost)
+                log.append((self.name, "step"))
+                commands = yield Step([StepOutput(0, 1, "x", None)], idle=False)
+
+    cheap, costly = Costly("cheap", 0.001), Costly("costly", 0.010)
+    links = [host.link(lambda s: None), host.link(lambda s: None)]
+    nursery.start_soon(hosted, host, cheap, links[0])
+    nursery.start_soon(hosted, host, costly, links[1])
+    for link in links:
+        link.hand([Insert(0, GenerationRequest([1], 5))])
+    await trio.sleep(1.0)
+    for link in links:
+        link.stop()
+    n_cheap = sum(1 for e in log if e[0] == "cheap")
+    n_costly = sum(1 for e in log if e[0] == "costly")
+    assert n_costly >= 10 and n_cheap >= 4 * n_costly   # ~10x fair; step-fair would be 1x

@@ -276,3 +276,32 @@ def test_the_snapshot_lists_live_and_recent_responses_with_their_figures(ui_serv
     assert ended["usage"]["output_tokens"] >= running["tokens"] and ended["ttft"] > 0
     assert snap["stores"] == ui_server.health()["stores"]
     assert snap["history"] and all(len(sample) == 6 for sample in snap["history"])
+
+
+def test_the_models_card_loads_and_unloads_a_model_with_its_buttons(chromium, tmp_path):
+    """Two models: the card lists both with their status; Unload on the loaded one (reached
+    and pressed from the keyboard) unloads it, Load loads it back, and the API says so."""
+    from ..fixtures.families import FAMILIES, build
+
+    other = build(FAMILIES["llama3"], tmp_path / "llama3-fixture")
+    with run_server("--model", "bundled", "--model", str(other)) as server:
+        with page_on(chromium, server.base_url + "/ui") as (page, errors):
+            page.wait_for_selector("#conn[data-state=live]")
+            row = "#models tr[data-model='triode-tiny']"
+            page.wait_for_selector(f"{row} td[data-status=loaded]")
+            assert page.inner_text(f"#models tr[data-model='{other}'] td.status-cell") \
+                == "unloaded"
+            unload = page.locator(f"{row} button.model-unload")
+            unload.focus()
+            page.keyboard.press("Enter")
+            page.wait_for_selector(f"{row} td[data-status=unloaded]")
+            assert statuses(server)["triode-tiny"] == "unloaded"
+            page.locator(f"{row} button.model-load").click()
+            page.wait_for_selector(f"{row} td[data-status=loaded]")
+            assert statuses(server)["triode-tiny"] == "loaded"
+            assert no_horizontal_overflow(page)
+            assert errors == []
+
+
+def statuses(server) -> dict[str, str]:
+    return {m["id"]: m["status"] for m in server.http.get("/v1/models").json()["data"]}

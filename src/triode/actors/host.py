@@ -2,12 +2,16 @@
 
 MLX is not safe to drive from several threads at once (mlx #3078: independent models on
 separate threads crash it), so however many models are loaded, one thread runs all their
-engines. Each engine is a generator (`Engine.steps`); the host advances every runnable
-engine by one step (or one piece of its load) per round, in turn, so a long prefill on one
-model delays another's next token by at most one of its chunked steps, and a load by one
-piece (LOAD_PIECE_BYTES). An engine is runnable while it loads, while it has sequences, and
-when its actor handed it commands or asked it to stop; an idle engine costs nothing, and
-when none is runnable the thread parks on its condition.
+engines. Each engine is a generator (`Engine.steps`); the host advances one runnable engine
+by one step (or one piece of its load) at a time, always the one that has had the least of
+the thread's time (its `used` seconds; an engine that becomes runnable again starts from the
+least of those already running, so idling earns it no burst). Two busy models thus share
+the thread's time evenly whatever their step costs (a 1 ms model beside a 70 ms one runs
+~70 steps to its one), and another model's next token waits at most one step of the model
+before it: one chunk of a long prefill (the pacer bounds it), or one piece of a load
+(LOAD_PIECE_BYTES). An engine is runnable while it loads, while it has sequences, and when
+its actor handed it commands or asked it to stop; an idle engine costs nothing, and when
+none is runnable the thread parks on its condition.
 
 Each model actor holds one `EngineLink`: the commands it hands its engine, its stop flag, and
 the callback its engine's steps are posted to (`ModelActor._guarded_step`, run in the trio
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Protocol, Sequence
 
 import attrs
@@ -91,6 +96,8 @@ class _Hosted:
     finished: Callable[[outcome.Outcome[None]], None]
     loading: bool = True    # until its first Step
     idle: bool = False
+    used: float = 0.0       # seconds of the host thread its steps took (fair share)
+    was_runnable: bool = False
 
     def runnable(self) -> bool:
         return self.loading or not self.idle or self.link._wanted
@@ -107,8 +114,7 @@ class EngineHost:
         self._engines: list[_Hosted] = []
         self._closing = False
         self._token: trio.lowlevel.TrioToken | None = None
-        self.rounds = 0      # rounds in which more than one engine was stepped
-        self.steps = 0
+        self.steps = 0      # steps (and load pieces) taken, every engine's
 
     def link(self, post: Callable[[Step], None]) -> EngineLink:
         return EngineLink(self._condition, post)
@@ -169,16 +175,29 @@ class EngineHost:
                 if self._closing:
                     closing, self._engines = self._engines, []
                 else:
-                    ready = [e for e in self._engines if e.runnable()]
+                    chosen = self._next()
             if self._closing:
                 for hosted in closing:
                     self._end(hosted, stopped=True)
                 return
-            self.rounds += len(ready) > 1
-            for hosted in ready:
-                if not self._advance(hosted):
-                    with self._condition:
-                        self._engines.remove(hosted)
+            began = time.perf_counter()
+            alive = self._advance(chosen)
+            chosen.used += time.perf_counter() - began
+            if not alive:
+                with self._condition:
+                    self._engines.remove(chosen)
+
+    def _next(self) -> _Hosted:
+        """The runnable engine that has had the least time (under the lock). One that has
+        just become runnable is first brought up to the least of those that stayed so."""
+        ready = [e for e in self._engines if e.runnable()]
+        staying = [e.used for e in ready if e.was_runnable]
+        floor = min(staying) if staying else None
+        for e in self._engines:
+            if e.runnable() and not e.was_runnable and floor is not None:
+                e.used = max(e.used, floor)
+            e.was_runnable = e.runnable()
+        return min(ready, key=lambda e: e.used)
 
     def _advance(self, hosted: _Hosted) -> bool:
         """One step (or load piece) of one engine; False once it has ended."""

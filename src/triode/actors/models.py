@@ -61,8 +61,11 @@ class ModelView:
     spec: ModelSpec
     status: str
     error: str | None           # why it failed (one line), when `failed`
-    memory_bytes: int           # measured when loaded; else the admission estimate
-    measured: bool              # memory_bytes was measured (MLX's counter), not estimated
+    memory_bytes: int           # its weights: measured at its last load (MLX's counter),
+                                # else its weight files' size
+    measured: bool              # memory_bytes was measured, not estimated
+    reserved_bytes: int         # what admission counts: memory_bytes plus its KV-cache and
+                                # prompt-cache budgets
     leases: int                 # requests holding it (running or queued)
     waiting: int                # requests waiting for its load
     loads: int                  # loads started
@@ -165,11 +168,14 @@ class _Model:
     exception: BaseException | None = None   # what its last failed load raised
 
     @property
+    def weights(self) -> int:
+        """Its weights' memory: as its last load measured it, else its files' size."""
+        return self.measured if self.measured is not None else self.weight_files
+
+    @property
     def bytes(self) -> int:
-        """What admission counts: its weights (as its last load measured them, else its
-        files) plus its KV and prompt-cache budgets."""
-        weights = self.measured if self.measured is not None else self.weight_files
-        return weights + self.budget
+        """What admission counts: its weights plus its KV and prompt-cache budgets."""
+        return self.weights + self.budget
 
     @property
     def busy(self) -> bool:
@@ -516,8 +522,9 @@ class ModelsRegistry:
             idle = now - m.last_used if m.status == "loaded" and not m.busy else None
             handle = m.handle if m.status == "loaded" else None
             views.append((m.spec.id, m.status, handle, ModelView(
-                spec=m.spec, status=m.status, error=m.error, memory_bytes=m.bytes,
-                measured=m.measured is not None, leases=len(m.leases),
+                spec=m.spec, status=m.status, error=m.error, memory_bytes=m.weights,
+                measured=m.measured is not None, reserved_bytes=m.bytes,
+                leases=len(m.leases),
                 waiting=len(m.waiters), loads=m.loads, load_seconds=m.load_seconds,
                 loaded_at=m.loaded_at, idle_seconds=idle,
                 expires_at=None if m.expires is None else wall + (m.expires - now),

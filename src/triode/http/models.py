@@ -32,7 +32,10 @@ class ModelObject(TypedDict):
     status: Literal["unloaded", "loading", "loaded", "unloading", "failed"]
     error: str | None               # why it failed to load, in one line
     pinned: bool
-    memory_bytes: int               # measured when loaded (MLX's counter), else estimated
+    memory_bytes: int               # its weights: measured at its last load (MLX's
+                                    # counter), else its files' size
+    reserved_bytes: int             # what --max-model-memory counts: its weights plus its
+                                    # KV-cache and prompt-cache budgets
     expires_at: float | None        # unix time it unloads if still idle; None: never/not
     keep_alive: float               # seconds idle before it unloads; -1: never
     aliases: list[str]              # other names a request's `model` may use (its path too)
@@ -162,7 +165,8 @@ def model_object(view: ModelView) -> ModelObject:
             "input_modalities": ["text", "image", "file"] if vision else ["text", "file"],
             "status": view.status,  # type: ignore[typeddict-item]
             "error": view.error, "pinned": view.spec.pinned,
-            "memory_bytes": view.memory_bytes, "expires_at": view.expires_at,
+            "memory_bytes": view.memory_bytes, "reserved_bytes": view.reserved_bytes,
+            "expires_at": view.expires_at,
             "keep_alive": view.keep_alive, "aliases": [n for n in view.spec.names[1:] if "/" not in n]}
 
 

@@ -119,9 +119,13 @@ def models_metrics(views: Iterable[ModelView]) -> list[Metric]:
 
     return [
         status,
-        per_model(GaugeMetricFamily("triode_model_memory_bytes", "memory a model takes "
-                                    "(measured at its load; before one, estimated)",
+        per_model(GaugeMetricFamily("triode_model_memory_bytes", "a model's weights in "
+                                    "memory (measured at its load; before one, its files)",
                                     labels=["model"]), lambda v: v.memory_bytes),
+        per_model(GaugeMetricFamily("triode_model_reserved_bytes", "what --max-model-memory "
+                                    "counts for a model: its weights, KV-cache and "
+                                    "prompt-cache budgets", labels=["model"]),
+                  lambda v: v.reserved_bytes),
         per_model(GaugeMetricFamily("triode_model_leases", "requests holding a model "
                                     "(running or queued)", labels=["model"]),
                   lambda v: v.leases),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from typing import Any, Callable, Generator, Sequence, cast
 
@@ -268,6 +269,28 @@ class _Sequence:
                                      # its untrimmable cache is kept too
 
 
+# MLX never frees a stream (on a CPU each has a worker thread of its own), so the streams of
+# engines that ended are kept here, per thread, for the next engine to run on.
+_streams: dict[int, list[Any]] = {}
+_streams_lock = threading.Lock()
+
+
+def take_stream() -> Any:
+    """A stream for an engine on this thread: one an ended engine gave back, else new."""
+    import mlx.core as mx
+
+    with _streams_lock:
+        free = _streams.get(threading.get_ident())
+        if free:
+            return free.pop()
+    return mx.new_stream(mx.default_device())
+
+
+def give_back_stream(stream: Any) -> None:
+    with _streams_lock:
+        _streams.setdefault(threading.get_ident(), []).append(stream)
+
+
 def evaluate_in_pieces(model: Any, piece_bytes: int = LOAD_PIECE_BYTES
                        ) -> Generator[None, Any, None]:
     """Evaluates a lazily loaded model's parameters about `piece_bytes` at a time, yielding
@@ -365,7 +388,7 @@ class Engine:
         elif o.attention_window:
             window_caches(model, o.attention_window)   # refuses models it cannot serve
             new_cache = functools.partial(window_caches, model, o.attention_window)
-        stream = mx.new_stream(mx.default_device())
+        stream = take_stream()
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
@@ -492,6 +515,7 @@ class Engine:
         finally:
             kernels.close()
             generator.close()
+            give_back_stream(stream)
             if disk is not None:
                 assert cache is not None
                 disk.close(cache.entries())

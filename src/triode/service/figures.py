@@ -141,8 +141,10 @@ class ModelHealth(TypedDict):
     status: str                # unloaded, loading, loaded, unloading, failed
     error: str | None          # why it failed
     pinned: bool
-    memory_bytes: int          # measured when it loaded (MLX's counter), else estimated
+    memory_bytes: int          # its weights: measured when it loaded (MLX's counter), else
+                               # its files' size
     memory_measured: bool
+    reserved_bytes: int        # what admission counts: its weights, KV and prompt-cache budgets
     load_seconds: float | None
     loads: int
     leases: int                # requests holding it (running or queued)
@@ -185,6 +187,7 @@ def model_health(v: ModelView) -> ModelHealth:
     st = v.statistics
     return {"id": v.spec.id, "status": v.status, "error": v.error, "pinned": v.spec.pinned,
             "memory_bytes": v.memory_bytes, "memory_measured": v.measured,
+            "reserved_bytes": v.reserved_bytes,
             "load_seconds": None if v.load_seconds is None else round(v.load_seconds, 3),
             "loads": v.loads, "leases": v.leases, "waiting": v.waiting,
             "idle_seconds": None if v.idle_seconds is None else round(v.idle_seconds, 3),

@@ -71,7 +71,7 @@ class FixedModel:
 
     async def views(self) -> list[ModelView]:
         return [ModelView(spec=self.spec, status="loaded", error=None, memory_bytes=0,
-                          measured=False, leases=0, waiting=0, loads=1, load_seconds=None,
+                          measured=False, reserved_bytes=0, leases=0, waiting=0, loads=1, load_seconds=None,
                           loaded_at=None, idle_seconds=None, expires_at=None,
                           keep_alive=-1.0, info=self._handle.info,
                           statistics=await self._handle.statistics())]

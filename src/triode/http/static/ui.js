@@ -215,6 +215,7 @@ function render() {
   $("store").textContent = s.store + (s.shared ? " (shared)" : "");
   $("worker").textContent = s.worker;
   renderTree(s);
+  renderModels(s);
   renderLive(s);
   renderRecent(s);
   renderPlots(s);
@@ -323,6 +324,71 @@ function timesOf(timeline, now) {
   }
   out.total = Math.max(0, (timeline.length ? now - timeline[0][1] : 0));
   return out;
+}
+
+// ---- models: each available model's state, with its load and unload buttons ------------
+
+const modelRows = new Map();    // id → {row, cells}
+
+function modelRow(m) {
+  const cells = {};
+  const td = (name, cls, label) => (cells[name] = el("td", { class: cls || "", "data-label": label }));
+  const row = el("tr", { "data-model": m.id },
+    el("td", { class: "id", title: m.id, text: m.id }), td("status", "status-cell"),
+    td("memory", "num", "memory"), td("load", "num", "load time"), td("leases", "num", "leases"),
+    td("idle", "num", "idle"), td("expires", "num", "unloads in"), td("loadAct"), td("unloadAct"));
+  cells.loadButton = el("button", { type: "button", class: "model-load", text: "Load", "aria-label": "Load " + m.id });
+  cells.unloadButton = el("button", { type: "button", class: "model-unload", text: "Unload", "aria-label": "Unload " + m.id });
+  cells.loadButton.addEventListener("click", () => modelAction(m.id, "load", cells.loadButton));
+  cells.unloadButton.addEventListener("click", () => modelAction(m.id, "unload", cells.unloadButton));
+  cells.loadAct.append(cells.loadButton);
+  cells.unloadAct.append(cells.unloadButton);
+  return { row, cells };
+}
+
+function renderModels(s) {
+  const models = s.models || [];
+  const tbody = $("models").tBodies[0];
+  for (const m of models) {
+    let entry = modelRows.get(m.id);
+    if (!entry) {
+      entry = modelRow(m);
+      modelRows.set(m.id, entry);
+      tbody.append(entry.row);
+    }
+    const c = entry.cells;
+    c.status.textContent = m.status;
+    c.status.dataset.status = m.status;
+    c.status.title = m.error || "";
+    c.memory.textContent = fmtBytes(m.memory_bytes) + (m.memory_measured ? "" : " (est.)");
+    c.memory.title = "weights; reserved with the KV and prompt-cache budgets: " + fmtBytes(m.reserved_bytes);
+    c.load.textContent = fmtSecs(m.load_seconds);
+    c.leases.textContent = fmtInt(m.leases) + (m.waiting ? " +" + m.waiting + " waiting" : "");
+    c.idle.textContent = fmtSecs(m.idle_seconds);
+    c.expires.textContent = m.expires_at == null ? (m.keep_alive < 0 && m.status === "loaded" ? "never" : "–") : fmtSecs(Math.max(0, m.expires_at - serverNow()));
+    if (!c.loadButton.dataset.busy) c.loadButton.disabled = !(m.status === "unloaded" || m.status === "failed");
+    if (!c.unloadButton.dataset.busy) c.unloadButton.disabled = !(m.status === "loaded" && !m.leases && !m.waiting);
+  }
+  $("models-count").textContent = String(models.length);
+}
+
+async function modelAction(id, action, button) {
+  button.dataset.busy = "1";
+  button.disabled = true;
+  const label = button.textContent;
+  button.textContent = action === "load" ? "Loading…" : "Unloading…";
+  try {
+    const r = await fetch("/v1/models/" + encodeURIComponent(id) + "/" + action, {
+      method: "POST", headers: authHeaders(), cache: "no-store",
+    });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error((body.error && body.error.message) || "HTTP " + r.status);
+  } catch (err) {
+    showBanner(label + " " + id + " failed: " + err.message);
+  } finally {
+    delete button.dataset.busy;
+    button.textContent = label;
+  }
 }
 
 const liveRows = new Map();     // id → {row, cells}
