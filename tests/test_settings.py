@@ -129,3 +129,34 @@ def test_prompt_cache_dir_needs_the_prompt_cache():
 def test_prompt_cache_disk_bytes_below_zero_is_refused():
     with pytest.raises(SettingsError, match="--prompt-cache-disk-bytes must be 0 or more"):
         resolve({"prompt_cache_disk_bytes": -1}, {})
+
+
+def test_model_repeats_on_the_command_line_and_in_the_environment():
+    import argparse
+
+    from triode.settings import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model", "a", "--model", "b", "--no-autoload"])
+    s = resolve(vars(args), {})
+    assert s.model == ("a", "b") and s.no_autoload is True
+    assert resolve({}, {"TRIODE_MODEL": "x, y", "TRIODE_NO_AUTOLOAD": "true"}).model == ("x", "y")
+    assert resolve({}, {}).model == () and resolve({}, {}).no_autoload is False
+    with pytest.raises(SettingsError, match="TRIODE_NO_AUTOLOAD"):
+        resolve({}, {"TRIODE_NO_AUTOLOAD": "maybe"})
+
+
+@pytest.mark.parametrize("value,seconds", [("300", 300.0), ("5m", 300.0), ("1h30m", 5400.0),
+                                           ("45s", 45.0), ("0", 0.0), ("-1", -1.0),
+                                           ("-5m", -1.0), (2.5, 2.5)])
+def test_keep_alive_reads_seconds_and_durations(value, seconds):
+    from triode.settings import parse_keep_alive
+
+    assert parse_keep_alive(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "", "5x", "m", "nan"])
+def test_a_keep_alive_it_cannot_read_is_refused_naming_the_flag(value):
+    with pytest.raises(SettingsError, match="--keep-alive"):
+        resolve({"keep_alive": value}, {})

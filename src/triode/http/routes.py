@@ -9,7 +9,6 @@ from quart import Blueprint, Response, current_app, make_response, request
 
 from ..actors.supervisor import SupervisorHandle
 from ..service.background import LiveResponse
-from ..errors import NotFound
 from ..responses.conversations import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ItemPage, Paging, page
 from ..responses.convert import structure
 from ..responses.objects import CompactedHistory, ResponseObject, StreamEvent

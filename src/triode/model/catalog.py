@@ -136,11 +136,11 @@ def catalog(settings: Settings) -> tuple[ModelSpec, ...]:
     config = read_config(settings.models_config) if settings.models_config else {}
     defaults = config.get("*", {})
     flag_defaults = {f.field: f.default for f in FLAGS}
-    explicit_models = settings.model != flag_defaults["model"] or not (
-        settings.models_dir or any("path" in t for n, t in config.items() if n != "*"))
-    sources: list[tuple[str, bool]] = []   # (source, from --model)
-    if explicit_models:
-        sources += [(m, True) for m in settings.model]
+    given = settings.model
+    if not given and not (settings.models_dir
+                          or any("path" in t for n, t in config.items() if n != "*")):
+        given = (BUNDLED_MODEL,)   # nothing named: the bundled model, as ever
+    sources: list[tuple[str, bool]] = [(m, True) for m in given]   # (source, from --model)
     if settings.models_dir:
         sources += [(d, False) for d in directory_models(settings.models_dir)]
     tables_used: set[str] = set()
@@ -186,9 +186,14 @@ def catalog(settings: Settings) -> tuple[ModelSpec, ...]:
     if len(specs) == 1 and "pinned" not in table_for(specs[0].names) \
             and "pinned" not in defaults:
         specs[0] = attrs.evolve(specs[0], pinned=True)   # a lone model stays, as before
-    check_unique(specs)
-    for spec in specs:
-        check_spec(spec)
+    try:
+        check_unique(specs)
+        for spec in specs:
+            check_spec(spec)
+    except SettingsError as exc:
+        if settings.models_config:
+            raise SettingsError(f"--models-config {settings.models_config}: {exc}") from None
+        raise
     return tuple(specs)
 
 

@@ -368,7 +368,6 @@ class Engine:
         (yielding None between them), then yields one Step per step and is sent the
         commands that arrived meanwhile: its first Step says it serves. Closing it ends
         the engine (its batch, its disk tier)."""
-        import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         o = self.options

@@ -345,7 +345,8 @@ def config_for(gguf: GgufFile, raw: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def build_model(gguf: GgufFile, keep_float: bool) -> tuple[Any, dict[str, Any]]:
+def build_model(gguf: GgufFile, keep_float: bool, *, lazy: bool = False
+                ) -> tuple[Any, dict[str, Any]]:
     """mlx-lm's model class for the architecture, holding the file's weights, and the
     config.json it was built from."""
     import mlx.core as mx
@@ -373,7 +374,8 @@ def build_model(gguf: GgufFile, keep_float: bool) -> tuple[Any, dict[str, Any]]:
     model.load_weights(list(weights.items()), strict=True)
     if ROPE_FACTORS in raw:
         scale_rotary(model, config, raw[ROPE_FACTORS])
-    mx.eval(model.parameters())
+    if not lazy:
+        mx.eval(model.parameters())
     model.eval()
     return model, config
 
@@ -518,11 +520,12 @@ def build_tokenizer(gguf: GgufFile) -> Any:
         return load_tokenizer(directory, eos_token_ids=stop_tokens(gguf))
 
 
-def load(path: Path, keep_float: bool) -> tuple[Any, Any]:
-    """The model and tokenizer a GGUF file holds (`keep_float`: see `raw_tensors`)."""
+def load(path: Path, keep_float: bool, *, lazy: bool = False) -> tuple[Any, Any]:
+    """The model and tokenizer a GGUF file holds (`keep_float`: see `raw_tensors`; `lazy`:
+    the weights `mx.load` reads are left for the caller to evaluate, in pieces)."""
     gguf = read(path)
     gguf.architecture   # an architecture not served fails before anything loads
-    return build_model(gguf, keep_float)[0], build_tokenizer(gguf)
+    return build_model(gguf, keep_float, lazy=lazy)[0], build_tokenizer(gguf)
 
 
 def sampling_config(meta: Metadata) -> dict[str, Any]:

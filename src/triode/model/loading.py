@@ -99,14 +99,14 @@ def load_model(model: str, options: LoadOptions = LoadOptions(), *, lazy: bool =
     so it is trusted; no other model's code is run. The weights run as `options.cpu_weights`
     decides (model/precision.py). With `options.chat_template` the tokenizer renders that
     template instead of its own (and mlx-lm's Python renderer for it, if it has one).
-    `lazy`: an mlx-lm model's weights are left unevaluated (the engine evaluates them in
-    pieces); a GGUF's are read whole either way."""
+    `lazy`: the weights are left unevaluated (the engine evaluates them in pieces), but a
+    GGUF's that gguf-py dequantizes (types `mx.load` does not read)."""
     source = resolve(model)
     if source.gguf:
         path = Path(source.path)
         count = sum(int(t.n_elements) for t in gguf.read(path).reader.tensors)
         float32 = precision.wants_float32(options.cpu_weights, count)
-        mlx_model, tokenizer = gguf.load(path, keep_float=float32)
+        mlx_model, tokenizer = gguf.load(path, keep_float=float32, lazy=lazy)
     else:
         import mlx_lm
 
