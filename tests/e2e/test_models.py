@@ -208,3 +208,19 @@ def test_a_stream_and_a_background_job_answer_before_their_model_has_loaded(thre
     wait_until(lambda: client.responses.retrieve(job.id).status in ("completed",
                                                                     "incomplete"),
                timeout=60)
+
+
+def test_a_stream_cancelled_while_its_model_loads_cancels_the_load(three):
+    """The client goes away after response.created, while SmolLM2's weights load (seconds
+    on this CPU): nobody else waits for the model, so its load is cancelled and it is
+    `unloaded` again."""
+    http = three.http
+    assert http.post("/v1/models/smollm2/unload").status_code == 200
+    body = {"model": "smollm2", "input": "Hi.", "max_output_tokens": 8, "stream": True}
+    with http.stream("POST", "/v1/responses", json=body) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data:") and "response.created" in line:
+                break   # leaving the block closes the connection
+    assert settled(three)["smollm2"] == "unloaded"
+    listed = models(three)["smollm2"]
+    assert listed["status"] == "unloaded"
