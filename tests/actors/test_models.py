@@ -18,7 +18,7 @@ from triode.actors.model import ModelActor
 from triode.actors.models import ModelsRegistry, _Acquire
 from triode.errors import ModelBusy, ModelLoadFailed, ModelNotLoaded, ModelUnavailable
 from triode.model.catalog import ModelSpec
-from triode.model.engine import EngineOptions
+from triode.model.engine import EngineOptions, watched
 from triode.model.request import GenerationRequest
 
 from .test_model_actor import FakeEngine
@@ -429,3 +429,48 @@ async def test_weights_that_fail_to_load_after_the_tokenizer_fail_the_model(nurs
     with pytest.raises(ModelLoadFailed) as failed:
         await models.acquire(models.find("b"))
     assert "MemoryError: cannot allocate the weights" in failed.value.message
+
+
+async def test_one_model_s_engine_failure_restarts_that_engine_only(nursery, monkeypatch):
+    """`flaky`'s engine dies under its stream: that stream ends without a finish reason and
+    a fresh engine serves it next; `a`'s stream on the same host never notices."""
+    from triode.actors import model as model_module
+
+    monkeypatch.setattr(model_module, "RESTART_DELAY", 0.001)
+    deaths: list[str] = []
+
+    class FlakyOnce(SlowEngine):
+        def steps(self, started):
+            inner = super().steps(started)
+            if self.path != "flaky" or deaths:
+                return (yield from inner)
+
+            def dying(step):
+                if step.outputs and not deaths:
+                    if step.outputs[0].token >= 3:
+                        deaths.append(self.path)
+                        raise RuntimeError("flaky's engine died")
+
+            return (yield from watched(inner, dying))
+
+    _, models = await start(nursery, [spec("a"), spec("flaky")], engine=FlakyOnce)
+    a = await models.acquire(models.find("a"))
+    flaky = await models.acquire(models.find("flaky"))
+    got: dict[str, list] = {}
+
+    async def stream(lease, name, n):
+        async with lease.handle.generate(GenerationRequest([1], n)) as adm:
+            got[name] = [o.finish_reason async for o in adm.outputs]
+
+    async with trio.open_nursery() as both:
+        both.start_soon(stream, a, "a", 30)
+        both.start_soon(stream, flaky, "flaky", 30)
+    assert deaths == ["flaky"]
+    assert len(got["a"]) == 30 and got["a"][-1] == "length"
+    assert got["flaky"][-1] is None          # ended by the engine's death
+    assert await generate(flaky) == 3        # a fresh engine serves it
+    assert (await status(models)) == {"a": "loaded", "flaky": "loaded"}
+    stats = {v.spec.id: v.statistics for v in await models.views()}
+    assert stats["flaky"].engine_restarts == 1 and stats["a"].engine_restarts == 0
+    await a.release()
+    await flaky.release()
