@@ -24,8 +24,10 @@ HTTP as a client sees it:
               for 128 tokens). At the default temperature it often stops after a few, and
               greedy on "Count from one to one hundred." it answers in 15 tokens; a list of
               numbers comes as fewer deltas than tokens (94 for 128). The fixture's streams
-              sample at the default temperature (greedy, it writes newlines, which come as
-              one delta at the end).
+              sample among its two likeliest tokens (top_k 2): its random weights then never
+              pick an end-of-text token on this prompt, and each stream writes its whole
+              length (greedy, it writes newlines, which come as one delta at the end; at
+              the default top_k it stops at an end-of-text token after 6 to 957 tokens).
               A run in which a stream wrote under 3/4 of --tokens is run again (up to
               RETRIES times; the lines say so), so that "together" means together for
               about the whole stream; each line also gives the share of each stream's span
@@ -211,6 +213,8 @@ def stream(url: str, model: str, tokens: int, text: str = PROMPT,
     body = {"model": model, "input": text, "max_output_tokens": tokens, "stream": True}
     if model in GREEDY:
         body["temperature"] = 0
+    else:   # the fixture: its two likeliest tokens, never (here) an end-of-text one
+        body["top_k"] = 2
     times = Stream()
     with httpx.Client(base_url=url, timeout=TIMEOUT) as client:
         if barrier is not None:
