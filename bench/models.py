@@ -177,20 +177,21 @@ def admin_name(model: str) -> str:
     return Path(model).name if model.startswith("/") else model
 
 
-def load(client: httpx.Client, model: str) -> dict[str, Any]:
-    model = admin_name(model)
-    m = post(client, f"/v1/models/{model}/load")
-    if m["status"] != "loaded":
-        raise ServerError(f"POST /v1/models/{model}/load\n  -> 200 but status {m['status']}: {m}")
+def admin(client: httpx.Client, model: str, action: str, status: str) -> dict[str, Any]:
+    """POST /v1/models/{model}/{action}; its answer must say `status`."""
+    path = f"/v1/models/{admin_name(model)}/{action}"
+    m = post(client, path)
+    if m["status"] != status:
+        raise ServerError(f"POST {path}\n  -> 200 but status {m['status']}: {m}")
     return m
+
+
+def load(client: httpx.Client, model: str) -> dict[str, Any]:
+    return admin(client, model, "load", "loaded")
 
 
 def unload(client: httpx.Client, model: str) -> dict[str, Any]:
-    model = admin_name(model)
-    m = post(client, f"/v1/models/{model}/unload")
-    if m["status"] != "unloaded":
-        raise ServerError(f"POST /v1/models/{model}/unload\n  -> 200 but status {m['status']}: {m}")
-    return m
+    return admin(client, model, "unload", "unloaded")
 
 
 def request(client: httpx.Client, model: str, text: str, tokens: int) -> tuple[float, int]:
