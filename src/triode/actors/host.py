@@ -36,6 +36,8 @@ from ..model.loading import ModelInfo
 
 log = logging.getLogger(__name__)
 
+LONG_STEP_SECS = 0.25   # a step (or load piece) this long is logged (debug): others waited
+
 
 class EngineStopping(Exception):
     """An engine's end that its actor asked for (`EngineLink.stop`) or the host's shutdown."""
@@ -181,8 +183,13 @@ class EngineHost:
                     self._end(hosted, stopped=True)
                 return
             began = time.perf_counter()
+            loading = chosen.loading
             alive = self._advance(chosen)
-            chosen.used += time.perf_counter() - began
+            took = time.perf_counter() - began
+            chosen.used += took
+            if took > LONG_STEP_SECS:
+                log.debug("an engine's %s took %.2f s", "load piece" if loading else "step",
+                          took)
             if not alive:
                 with self._condition:
                     self._engines.remove(chosen)

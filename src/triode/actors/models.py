@@ -38,7 +38,7 @@ from ..errors import (APIError, ModelBusy, ModelLoadFailed, ModelNotFound, Model
 from ..model import memory
 from ..model.catalog import ModelSpec, kv_budget, weight_bytes
 from ..model.engine import EngineOptions
-from ..model.loading import ModelInfo, load_failure
+from ..model.loading import ModelInfo, load_failure, prefetch
 from ..tenants import Caller
 from .host import EngineHost
 from .mailbox import ReplyChannel, answer, ask, reply_with
@@ -436,6 +436,9 @@ class ModelsRegistry:
         progress: trio.CancelScope = await self._nursery.start(report_progress, spec.id)
         with scope:
             try:
+                # The MLX-free part of the load (a GGUF's metadata and tokenizer) runs in a
+                # worker thread: the engine thread serves the other models meanwhile.
+                await trio.to_thread.run_sync(prefetch, spec.path)
                 async with trio.open_nursery() as nursery:
                     handle: ModelHandle = await nursery.start(self._actor_factory(
                         self._engine_options(spec), self._host, self._max_queue).run)

@@ -395,10 +395,6 @@ class Engine:
             prefill_batch_size=o.prefill_batch,
             stream=stream,
         )
-        if o.speculative == "ngram":
-            from . import speculative
-
-            speculative.install(generator)   # one StepOutput per token still, in order
         disk = self._disk_tier(model, new_cache, weights) if o.prompt_cache_bytes > 0 \
             else None
         cache = PromptCache(o.prompt_cache_bytes, disk.evicted if disk is not None else None) \
@@ -411,6 +407,14 @@ class Engine:
             close = turn_close(tokenizer)
         started(info, tokenizer)
         yield from evaluate_in_pieces(model)
+        if o.speculative == "ngram":
+            from . import speculative
+
+            # Its knee is measured by four short forward passes, one a piece (the steps'
+            # timings refine it from then on).
+            knee = yield from speculative.calibrating(model, tokens=16, repeats=2,
+                                                      stream=stream)
+            speculative.install(generator, knee)   # one StepOutput per token still, in order
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -504,9 +505,30 @@ def stop_tokens(gguf: GgufFile) -> list[int]:
     return sorted(ids)
 
 
+# Tokenizers built ahead of a load, in a worker thread (`prefetch_tokenizer`), by file: the
+# load's `build_tokenizer` takes its file's (once).
+_prefetched: dict[Path, Any] = {}
+_prefetched_lock = threading.Lock()
+
+
+def prefetch_tokenizer(path: Path) -> None:
+    """Reads `path`'s metadata and builds its tokenizer now (no MLX: any thread), for the
+    load that follows."""
+    tokenizer = _build_tokenizer(read(path))
+    with _prefetched_lock:
+        _prefetched[path] = tokenizer
+
+
 def build_tokenizer(gguf: GgufFile) -> Any:
     """mlx-lm's TokenizerWrapper around the rebuilt tokenizer (its streaming detokenizer, tool
-    parser and reasoning markers found as for a model directory)."""
+    parser and reasoning markers found as for a model directory); the one built ahead for
+    this file, if any."""
+    with _prefetched_lock:
+        ready = _prefetched.pop(gguf.path, None)
+    return ready if ready is not None else _build_tokenizer(gguf)
+
+
+def _build_tokenizer(gguf: GgufFile) -> Any:
     from mlx_lm import utils
 
     load_tokenizer: Any = utils.load_tokenizer

@@ -91,6 +91,18 @@ def load(model: str, options: LoadOptions = LoadOptions()) -> tuple[Any, Any]:
     return loaded.model, loaded.tokenizer
 
 
+def prefetch(model: str) -> None:
+    """What a load of `model` can do before the engine thread, without MLX: a GGUF's
+    metadata read and its tokenizer built (seconds for a large vocabulary), kept for the
+    load that follows (`gguf.build_tokenizer` takes it). Errors are left to the load."""
+    try:
+        source = resolve(model)
+        if source.gguf:
+            gguf.prefetch_tokenizer(Path(source.path))
+    except Exception:   # the load reports what is wrong, naming --model
+        return
+
+
 def load_model(model: str, options: LoadOptions = LoadOptions(), *, lazy: bool = False
                ) -> Loaded:
     """`model`: what `--model` names (model/sources.py: a local path, a Hugging Face repo id,
@@ -106,7 +118,7 @@ def load_model(model: str, options: LoadOptions = LoadOptions(), *, lazy: bool =
         path = Path(source.path)
         count = sum(int(t.n_elements) for t in gguf.read(path).reader.tensors)
         float32 = precision.wants_float32(options.cpu_weights, count)
-        mlx_model, tokenizer = gguf.load(path, keep_float=float32, lazy=lazy)
+        mlx_model, tokenizer = gguf.load(path, keep_float=float32)
     else:
         import mlx_lm
 
@@ -118,7 +130,7 @@ def load_model(model: str, options: LoadOptions = LoadOptions(), *, lazy: bool =
     stored = precision.describe(mlx_model)
     weights = stored
     if float32 and stored != "float32":
-        precision.to_float32(mlx_model)
+        precision.to_float32(mlx_model, lazy=lazy)
         weights = f"float32 (stored as {stored})"
     if options.chat_template is not None:
         from mlx_lm.tokenizer_utils import _infer_tool_parser

@@ -77,9 +77,10 @@ def describe(model: Any) -> str:
     return "+".join(sorted(names.get(d, str(d)) for d in dtypes)) or "none"
 
 
-def to_float32(model: Any) -> None:
+def to_float32(model: Any, *, lazy: bool = False) -> None:
     """Dequantizes every quantized layer (in float32, not the scales' own float16) and casts
-    every floating parameter to float32, in place."""
+    every floating parameter to float32, in place. `lazy`: nothing is evaluated (the engine
+    evaluates the weights in pieces)."""
     import mlx.core as mx
     import mlx.nn
     from mlx.utils import tree_unflatten
@@ -104,9 +105,11 @@ def to_float32(model: Any) -> None:
             module.group_size, module.bits, module.mode)
         if "bias" in module:
             plain.bias = module.bias
-        mx.eval(plain.weight)
+        if not lazy:
+            mx.eval(plain.weight)
         replaced.append((name, plain))
     if replaced:
         model.update_modules(tree_unflatten(replaced))
     model.set_dtype(mx.float32)
-    mx.eval(model.parameters())
+    if not lazy:
+        mx.eval(model.parameters())

@@ -47,7 +47,7 @@ import importlib
 import statistics
 import weakref
 from collections import deque
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Generator, Sequence, cast
 
 import attrs
 import mlx.core as mx
@@ -347,20 +347,34 @@ class Guard:
 def calibrate(model: Any, tokens: int = 32, repeats: int = 3) -> float:
     """The model's fixed cost of a forward pass in units of its cost per token (`plan`'s
     knee), from the fastest of a few passes over 1 and over `tokens` tokens."""
+    passes = calibrating(model, tokens, repeats)
+    while True:
+        try:
+            next(passes)
+        except StopIteration as done:
+            knee: float = done.value
+            return knee
+
+
+def calibrating(model: Any, tokens: int = 32, repeats: int = 3, stream: Any = None
+                ) -> Generator[None, Any, float]:
+    """`calibrate` in pieces: it yields after each forward pass (the engine host steps other
+    models between them) and returns the knee. `stream`: where the passes run."""
     import time
 
     from mlx_lm.models.cache import make_prompt_cache
 
-    def fastest(n: int) -> float:
-        times = []
+    times: dict[int, list[float]] = {1: [], tokens: []}
+    for n in (1, tokens):
         for _ in range(repeats):
             cache = make_prompt_cache(model)
             start = time.perf_counter()
-            mx.eval(model(mx.zeros((1, n), dtype=mx.int32), cache=cache))
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    one, many = fastest(1), fastest(tokens)
+            with mx.stream(stream if stream is not None else mx.default_stream(
+                    mx.default_device())):
+                mx.eval(model(mx.zeros((1, n), dtype=mx.int32), cache=cache))
+            times[n].append(time.perf_counter() - start)
+            yield
+    one, many = min(times[1]), min(times[tokens])
     per_token = max(many - one, 1e-9) / (tokens - 1)
     return min(max(one / per_token, 1.0), MAX_KNEE)
 
