@@ -445,7 +445,6 @@ def bench_shared(rounds: int, tokens: int, fixture: Path) -> dict[str, Any]:
         alone: dict[str, list[float]] = {m: [] for m in models}
         together: dict[str, list[float]] = {m: [] for m in models}
         ratios: dict[str, list[float]] = {m: [] for m in models}
-        together_gaps: dict[str, list[list[float]]] = {m: [] for m in models}
         counts: dict[str, str] = {}
         for r in range(rounds):
             order = models if r % 2 == 0 else models[::-1]
@@ -457,7 +456,6 @@ def bench_shared(rounds: int, tokens: int, fixture: Path) -> dict[str, Any]:
             other = {models[0]: t2[models[1]], models[1]: t2[models[0]]}
             for m in models:
                 together[m].append(tps(t2[m]))
-                together_gaps[m].append(gaps(t2[m]))
                 ratios[m].append(together[m][-1] / alone[m][-1])
             print(f"round {r + 1}: " + "; ".join(
                 f"{names[m]} alone {alone[m][-1]:.1f} tok/s, together {together[m][-1]:.1f} "
@@ -516,6 +514,10 @@ def bench_shared(rounds: int, tokens: int, fixture: Path) -> dict[str, Any]:
             for r in range(rounds):
                 window: list[Any] = []
 
+                unload(c, target)
+                # This round's baseline: both streams together, no load.
+                t_base = retried(lambda: Streams(url, models, per).join(), per, "together")
+
                 def run() -> dict[str, Stream]:
                     unload(c, target)
                     s = Streams(url, models, per)
@@ -526,7 +528,7 @@ def bench_shared(rounds: int, tokens: int, fixture: Path) -> dict[str, Any]:
                     return s.join()
                 t3 = retried(run, per, "with the load")
                 t0, t1, m_loaded = window
-                base = {m: p99(together_gaps[m][r]) for m in models}
+                base = {m: p99(gaps(t_base[m])) for m in models}
                 parts = []
                 for m in models:
                     g = p99(gaps(t3[m]))

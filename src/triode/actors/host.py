@@ -5,7 +5,8 @@ separate threads crash it), so however many models are loaded, one thread runs a
 engines. Each engine is a generator (`Engine.steps`); the host advances one runnable engine
 by one step (or one piece of its load) at a time, always the one that has had the least of
 the thread's time (its `used` seconds; an engine that becomes runnable again starts from the
-least of those already running, so idling earns it no burst). Two busy models thus share
+least of those already running, so idling earns it no burst; a load's pieces count
+LOAD_WEIGHT times over, so a load takes a quarter of the thread beside one busy model). Two busy models thus share
 the thread's time evenly whatever their step costs (a 1 ms model beside a 70 ms one runs
 ~70 steps to its one), and another model's next token waits at most one step of the model
 before it: one chunk of a long prefill (the pacer bounds it), or one piece of a load
@@ -37,6 +38,9 @@ from ..model.loading import ModelInfo
 log = logging.getLogger(__name__)
 
 LONG_STEP_SECS = 0.25   # a step (or load piece) this long is logged (debug): others waited
+# A load piece's time counts this many times over: a load beside a busy model takes a
+# quarter of the thread (its model's requests wait for it anyway), the model three quarters.
+LOAD_WEIGHT = 3.0
 
 
 class EngineStopping(Exception):
@@ -186,7 +190,7 @@ class EngineHost:
             loading = chosen.loading
             alive = self._advance(chosen)
             took = time.perf_counter() - began
-            chosen.used += took
+            chosen.used += took * (LOAD_WEIGHT if loading else 1.0)
             if took > LONG_STEP_SECS:
                 log.debug("an engine's %s took %.2f s", "load piece" if loading else "step",
                           took)
