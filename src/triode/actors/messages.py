@@ -11,7 +11,6 @@ import attrs
 import trio
 
 from ..model.engine import Command, StepOutput
-from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest
 from ..model.speculative_stats import SpeculationStatistics
 from .mailbox import ReplyChannel as Reply
@@ -124,4 +123,4 @@ ModelMessage = Submit | Release | Rendering | ModelStatisticsRequest
 
 __all__ = ["Admission", "Command", "GenerationStatistics", "HistogramStatistics", "ModelMessage",
            "ModelStatistics", "ModelStatisticsRequest", "PromptCacheStatistics", "Release",
-           "Rendering", "Step", "Submit"]
+           "Rendering", "Submit"]
