@@ -120,7 +120,6 @@ class EngineHost:
         self._engines: list[_Hosted] = []
         self._closing = False
         self._token: trio.lowlevel.TrioToken | None = None
-        self.steps = 0      # steps (and load pieces) taken, every engine's
 
     def link(self, post: Callable[[Step], None]) -> EngineLink:
         return EngineLink(self._condition, post)
@@ -184,7 +183,7 @@ class EngineHost:
                     chosen = self._next()
             if self._closing:
                 for hosted in closing:
-                    self._end(hosted, stopped=True)
+                    self._end(hosted)
                 return
             began = time.perf_counter()
             loading = chosen.loading
@@ -216,7 +215,7 @@ class EngineHost:
             stopping = hosted.link._stopping
             commands = None if hosted.loading or stopping else hosted.link._take()
         if stopping:
-            self._end(hosted, stopped=True)
+            self._end(hosted)
             return False
         try:
             step = hosted.steps.send(commands)
@@ -226,7 +225,6 @@ class EngineHost:
         except BaseException as exc:   # the engine died: its actor decides what follows
             self._ended(hosted, outcome.Error(exc))
             return False
-        self.steps += 1
         if step is None:   # a piece of its load
             return True
         hosted.loading = False
@@ -234,13 +232,13 @@ class EngineHost:
         hosted.link._post(step)
         return True
 
-    def _end(self, hosted: _Hosted, *, stopped: bool) -> None:
+    def _end(self, hosted: _Hosted) -> None:
+        """Closes a stopped engine (its actor's stop, or the host's shutdown)."""
         try:
             hosted.steps.close()   # its finally blocks: the batch, the disk tier
         except BaseException as exc:
             log.warning("closing an engine raised", exc_info=exc)
-        self._ended(hosted, outcome.Error(EngineStopping()) if stopped
-                    else outcome.Value(None))
+        self._ended(hosted, outcome.Error(EngineStopping()))
 
     def _ended(self, hosted: _Hosted, result: outcome.Outcome[None]) -> None:
         """An engine is over: its memory is given back, then its actor is told."""

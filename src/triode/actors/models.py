@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 
 INBOX_SIZE = 1024
 RELEASE_TIMEOUT = 5.0
-STATUSES = ("unloaded", "loading", "loaded", "unloading", "failed")
 LOAD_PROGRESS_SECS = 5.0   # a slow model load says it is still loading this often
 RETRY_AFTER_BUSY = 5     # seconds a 503 for a model that cannot be made room for suggests
 
@@ -81,18 +80,6 @@ class ModelView:
     def context_window(self) -> int | None:
         return self.info.context_length if self.info is not None \
             else self.spec.context_length
-
-
-@attrs.frozen
-class ModelsView:
-    models: tuple[ModelView, ...]
-    max_loaded_models: int       # 0: no limit
-    max_model_memory: int        # bytes
-    used_bytes: int              # what loaded and loading models take (as counted)
-    active_bytes: int            # MLX's active memory now
-    evictions: int               # idle models unloaded to make room
-    idle_unloads: int            # models unloaded after their keep-alive
-    refused: int                 # loads refused for lack of room
 
 
 class Lease:
@@ -181,11 +168,6 @@ class _Model:
     def busy(self) -> bool:
         return bool(self.leases or self.waiters)
 
-    @property
-    def occupies(self) -> bool:
-        """Counts against the limits: loading, loaded or still unloading."""
-        return self.status in ("loading", "loaded", "unloading")
-
 
 class ModelsRegistry:
     def __init__(self, specs: tuple[ModelSpec, ...], *, host: EngineHost,
@@ -212,9 +194,6 @@ class ModelsRegistry:
         self._uids = itertools.count(1)
         self._leases: dict[int, tuple[_Model, float]] = {}   # uid -> (model, keep-alive)
         self._nursery: trio.Nursery | None = None
-        self._evictions = 0
-        self._idle_unloads = 0
-        self._refused = 0
 
     async def run(self, *, task_status: trio.TaskStatus[ModelsHandle] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -299,22 +278,25 @@ class ModelsRegistry:
             model: _Model = leased[0]
             model.keep_alive = leased[1]   # the last request's keep-alive rules
             model.leases.discard(uid)
-            if not model.busy and model.status == "loading":
-                log.info("model %s: nobody waits for its load any more; cancelled",
-                         model.spec.id)
-                self._stop(model, "its load was cancelled")
-            elif not model.busy:
-                self._idle(model)
+            self._left(model)
             return
         for model in self._models.values():
             model.keep_alives.pop(uid, None)
             model.early.discard(uid)
             if model.waiters.pop(uid, None) is not None:
-                if not model.busy and model.status == "loading" and model.scope is not None:
-                    log.info("model %s: nobody waits for its load any more; cancelled",
-                             model.spec.id)
-                    self._stop(model, "its load was cancelled")
+                self._left(model)
                 return
+
+    def _left(self, model: _Model) -> None:
+        """A lease or a waiter of `model` is gone: a load nobody waits for any more is
+        cancelled; a loaded model left idle starts its keep-alive."""
+        if model.busy:
+            return
+        if model.status == "loading":
+            log.info("model %s: nobody waits for its load any more; cancelled", model.spec.id)
+            self._stop(model, "its load was cancelled")
+        else:
+            self._idle(model)
 
     def _idle(self, model: _Model) -> None:
         """Its last lease ended: it unloads after its keep-alive."""
@@ -323,7 +305,6 @@ class ModelsRegistry:
         if model.spec.pinned or keep < 0 or model.status != "loaded":
             model.expires = None
         elif keep == 0:
-            self._idle_unloads += 1
             self._stop(model, "keep-alive 0: unloaded after its request")
         else:
             model.expires = model.last_used + keep
@@ -337,8 +318,7 @@ class ModelsRegistry:
         for model in self._models.values():
             if model.expires is not None and model.expires <= now and not model.busy \
                     and model.status == "loaded":
-                self._idle_unloads += 1
-                self._stop(model, f"idle for {model.keep_alive:g} s")
+                    self._stop(model, f"idle for {model.keep_alive:g} s")
 
     def _unload_by_request(self, spec_id: str, reply: ReplyChannel[Any]) -> None:
         """Unloads an idle model; `reply` is answered once it has (its memory is back)."""
@@ -361,7 +341,6 @@ class ModelsRegistry:
         no room, every waiter gets a 503."""
         why = self._make_room(model)
         if why is not None:
-            self._refused += 1
             self._fail_waiters(model, ModelUnavailable(why, retry_after_secs=RETRY_AFTER_BUSY))
             return
         model.status = "loading"
@@ -406,7 +385,6 @@ class ModelsRegistry:
             victim = idle[0]
             log.info("model %s: unloaded to make room for %s (least recently used)",
                      victim.spec.id, model.spec.id)
-            self._evictions += 1
             self._stop(victim, f"unloaded to make room for {model.spec.id}")
 
     def _stop(self, model: _Model, reason: str) -> None:
@@ -533,11 +511,6 @@ class ModelsRegistry:
                 expires_at=None if m.expires is None else wall + (m.expires - now),
                 keep_alive=-1.0 if m.spec.pinned else m.keep_alive)))
         return views
-
-    def _totals(self) -> tuple[int, int, int, int, int, int]:
-        used = sum(m.bytes for m in self._models.values() if m.occupies)
-        return (self._max_loaded, self._max_memory, used, self._evictions,
-                self._idle_unloads, self._refused)
 
 
 async def report_progress(name: str, *,

@@ -16,13 +16,6 @@ def active_bytes() -> int:
     return int(mx.get_active_memory())
 
 
-def cache_bytes() -> int:
-    """Bytes MLX keeps in its buffer cache (freed arrays' memory, kept for reuse)."""
-    import mlx.core as mx
-
-    return int(mx.get_cache_memory())
-
-
 def device_bytes() -> int:
     """The memory the device has, as MLX reports it (`memory_size`); on a CPU, where MLX
     does not report it, the machine's RAM."""

@@ -180,10 +180,10 @@ class Turns:
                                           timeout=self._load_timeout, early=early)
 
     @contextlib.asynccontextmanager
-    async def _preparing(self, caller: Caller, model: str,
-                         keep_alive: str | float | None = None) -> AsyncIterator[Preparer]:
-        """A Preparer on the named model, leased for the block."""
-        lease = await self._lease(self._models.find(model, caller), keep_alive)
+    async def _preparing(self, spec: ModelSpec, keep_alive: str | float | None = None
+                         ) -> AsyncIterator[Preparer]:
+        """A Preparer on `spec`'s model, leased for the block."""
+        lease = await self._lease(spec, keep_alive)
         try:
             yield self._preparer.on(lease.handle)
         finally:
@@ -195,16 +195,16 @@ class Turns:
         as `create` would, answered with a completed response without output (usage counts
         its input) that a later create on the same connection may name as
         `previous_response_id`. Nothing is generated or stored. Returns (id, events)."""
-        self._models.find(req.model, caller)
+        spec = self._models.find(req.model, caller)
         req = await self._prompted(req)
-        async with self._preparing(caller, req.model, req.keep_alive) as preparer:
+        async with self._preparing(spec, req.keep_alive) as preparer:
             return await preparer.warm(caller, req, local)
 
     async def count_input_tokens(self, caller: Caller, req: CreateResponse) -> int:
         """The input's tokens exactly as `create` would render them."""
-        self._models.find(req.model, caller)
+        spec = self._models.find(req.model, caller)
         req = await self._prompted(req)
-        async with self._preparing(caller, req.model, req.keep_alive) as preparer:
+        async with self._preparing(spec, req.keep_alive) as preparer:
             return await preparer.count_input_tokens(caller, req)
 
     async def _prompted(self, req: CreateResponse) -> CreateResponse:
@@ -218,7 +218,7 @@ class Turns:
         ticket = await self._begin(caller)
         output_tokens = 0
         try:
-            async with self._preparing(caller, req.model) as preparer:
+            async with self._preparing(self._models.find(req.model, caller)) as preparer:
                 compacted = await preparer.compact(caller, req)
             output_tokens = compacted.usage.output_tokens
             return compacted
