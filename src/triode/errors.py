@@ -12,6 +12,7 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
         │                           ModelNotLoaded: --no-autoload)
         ├── NotFound           404
         ├── Conflict           409 (ModelBusy: an unload of a model in use)
+        ├── ExternalConnectorError 424 (an MCP server's tools could not be listed)
         ├── RateLimited        429
         ├── ServerError        500 (ModelLoadFailed: the named model failed to load)
         ├── Overloaded         503 (ModelUnavailable, with Retry-After: no room to load the
@@ -105,6 +106,14 @@ class NotFound(APIError):
     status = 404
     type = "invalid_request_error"
     code = "not_found"
+
+
+class ExternalConnectorError(APIError):
+    """An MCP server named by the request could not be listed (OpenAI's 424)."""
+
+    status = 424
+    type = "external_connector_error"
+    code = "external_connector_error"
 
 
 class RateLimited(APIError):

@@ -198,6 +198,27 @@ class Settings:
         "must resolve to public addresses; one named exactly may be private or loopback. "
         "Unset: media only as data (a URL is a 400). Every redirect is checked the same way "
         "(docs/media.md)")
+    mcp_config: str | None = flag(
+        None, "an `mcpServers` JSON file (as Claude Desktop, Cursor and llama.cpp write it: "
+        "`command`/`args`/`env` for a stdio server, `url`/`headers` for an HTTP one) naming "
+        "the MCP servers a request's `mcp` tool may select by `server_label`. With it or "
+        "--mcp-urls, triode runs `mcp` tools itself (needs triode[mcp]; docs/mcp.md)")
+    mcp_urls: str | None = flag(
+        None, "hosts whose MCP servers a request may name by `server_url`, comma-separated, "
+        "as --media-fetch writes them (`example.com`, `*.example.com`, `*`); a host reached "
+        "through a wildcard must resolve to public addresses, every connection and redirect "
+        "is checked. Unset: no server by URL (a `server_url` is a 400)")
+    mcp_timeout: float = flag(
+        60.0, "seconds one MCP listing or tool call may take; a call past it is cancelled "
+        "(the server is told) and the model is given the timeout as the call's error")
+    mcp_max_calls: int = flag(
+        20, "MCP calls one response may run; at the cap the model answers without tools")
+    mcp_max_output_bytes: int = flag(
+        1024 * 1024, "the largest MCP tool output given to the model, in bytes; a larger one "
+        "is the call's error")
+    mcp_idle: float = flag(
+        300.0, "seconds an MCP connection (a stdio server's process too) stays open after "
+        "the last request that used it")
     media_max_bytes: int = flag(
         20 * 1024 * 1024, "the largest image or file a request may send or have fetched, "
         "in bytes (decoded); one byte more is a 400 naming the field")
@@ -332,6 +353,15 @@ class Settings:
                             f"(got {self.media_max_pixels})")
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
+        if not self.mcp_timeout > 0:
+            problems.append(f"--mcp-timeout must be more than 0 (got {self.mcp_timeout})")
+        if self.mcp_max_calls < 1:
+            problems.append(f"--mcp-max-calls must be at least 1 (got {self.mcp_max_calls})")
+        if self.mcp_max_output_bytes < 1:
+            problems.append("--mcp-max-output-bytes must be at least 1 "
+                            f"(got {self.mcp_max_output_bytes})")
+        if self.mcp_idle < 0:
+            problems.append(f"--mcp-idle must be 0 or more (got {self.mcp_idle})")
         if self.context_length is not None and self.context_length < 16:
             problems.append("--context-length must be at least 16")
         try:

@@ -48,6 +48,8 @@ from .model.engine import EngineOptions
 from .model.catalog import ModelSpec, catalog
 from .model.loading import LoadOptions, check_model, check_options
 from .service.conversations import Conversations
+from .actors.mcp import McpPool, McpPoolHandle
+from .service.mcp import McpLimits, McpService, load_config, missing_sdk
 from .service.media import FetchRule, MediaLimits
 from .service.stores import Stores
 from .service.turns import Turns
@@ -76,6 +78,7 @@ class Handles:
     started_at: int = attrs.Factory(lambda: int(time.time()))
     monitor: MonitorHandle | None = None   # the live page's history of generation's figures
     board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
+    mcp: McpPoolHandle | None = None       # the MCP connections (--mcp-config, --mcp-urls)
 
 
 def background_off(settings: Settings) -> str | None:
@@ -120,6 +123,7 @@ async def start_actors(settings: Settings, *,
         check_model(spec.path)
         check_options(load_options(settings, spec))
     tenants = Tenants.configured(settings.api_key, settings.api_keys_file)
+    mcp_limits(settings)   # a bad --mcp-config, or MCP without its SDK, fails the start
     tree = trio.CancelScope()
     handles: Handles | None = None
     tree_ended = False
@@ -151,6 +155,19 @@ async def start_actors(settings: Settings, *,
         if handles is not None or error is None:
             raise
         raise error from None
+
+
+def mcp_limits(settings: Settings) -> McpLimits:
+    """The MCP servers requests may reach; a SettingsError for a config file that cannot be
+    used, or for MCP flags without the `mcp` package."""
+    limits = McpLimits(load_config(settings.mcp_config), FetchRule.parse(settings.mcp_urls),
+                       timeout=settings.mcp_timeout, max_calls=settings.mcp_max_calls,
+                       max_output_bytes=settings.mcp_max_output_bytes)
+    if settings.mcp_config is not None or settings.mcp_urls:
+        missing = missing_sdk()
+        if missing is not None:
+            raise SettingsError(missing)
+    return limits
 
 
 def load_options(settings: Settings, spec: ModelSpec) -> LoadOptions:
@@ -284,7 +301,11 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
         board = await nursery.start(JobBoard(shared, registry).run)
     limits: TenantLimitsHandle = await nursery.start(TenantLimits(backend.counters()).run)
     stores = Stores(responses, conversations, reasoning)
-    turns = Turns(models=models, registry=registry, stores=stores, limits=limits,
+    mcp = mcp_limits(settings)
+    pool: McpPoolHandle | None = None
+    if mcp.enabled:
+        pool = await nursery.start(McpPool(idle=settings.mcp_idle).run)
+    turns = Turns(mcp=McpService(mcp, pool),models=models, registry=registry, stores=stores, limits=limits,
                   load_timeout=settings.load_timeout,
                   hosted_tools=settings.hosted_tools,
                   background_off=background_off(settings), board=board,
@@ -298,4 +319,4 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
         turns=turns, conversations=Conversations(conversations), models=models,
         registry=registry, stores=stores, blas=blas, tenants=tenants,
         limits=limits,
-        monitor=monitor, board=board))
+        monitor=monitor, board=board, mcp=pool))

@@ -3,7 +3,8 @@ makes every stored name its own (`scoped`).
 
 `--api-keys-file PATH` is a JSON file `{"tenants": {"<name>": {"keys": [...],
 "key_sha256": [...], "requests_per_minute": N, "concurrent_requests": N,
-"output_tokens_per_minute": N}}}`; a limit left out is unlimited. `--api-key KEY` is one
+"output_tokens_per_minute": N, "models": [...], "admin": bool, "mcp_servers": [...],
+"mcp_urls": [...]}}}`; a limit left out is unlimited. `--api-key KEY` is one
 tenant with that key, and no key at all one open tenant: both are the default tenant, whose
 scope is "" and whose stored names are unchanged (existing Redis and SQLite data keep
 working). Keys are compared as SHA-256 digests in constant time, every key of the table
@@ -35,7 +36,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 LIMIT_FIELDS = ("requests_per_minute", "concurrent_requests", "output_tokens_per_minute")
 KEY_FIELDS = ("keys", "key_sha256")
-ACCESS_FIELDS = ("models", "admin")   # which models it may use; whether it may load them
+# Which models it may use; whether it may load them; which --mcp-config servers and which
+# --mcp-urls hosts its requests may reach (a narrowing of the server's own, docs/mcp.md).
+ACCESS_FIELDS = ("models", "admin", "mcp_servers", "mcp_urls")
 FLAG = "--api-keys-file"
 
 
@@ -73,6 +76,9 @@ class Tenant:
     models: tuple[str, ...] | None = None   # the models it may use, by any of their names;
                                             # None: every model
     admin: bool = False           # may load and unload models (POST /v1/models/{id}/...)
+    mcp_servers: tuple[str, ...] | None = None   # configured MCP servers it may use (None: all)
+    mcp_urls: tuple[str, ...] | None = None      # hosts of per-request MCP URLs (None: all
+                                                 # that --mcp-urls allows)
 
     def may_use(self, names: tuple[str, ...]) -> bool:
         """Whether a model answering to `names` is this tenant's to use (and to see)."""
@@ -204,9 +210,12 @@ def parse(text: str, source: str) -> TenantTable:
         admin = spec.get("admin", False)
         if not isinstance(admin, bool):
             raise SettingsError(f"{where}.admin must be true or false (got {admin!r})")
-        models = tuple(_strings(spec, "models", where)) if "models" in spec else None
+        models, mcp_servers, mcp_urls = (
+            tuple(_strings(spec, field, where)) if field in spec else None
+            for field in ("models", "mcp_servers", "mcp_urls"))
         tenant = Tenant(name, Limits(*(_limit(spec, f, where) for f in LIMIT_FIELDS)),
-                        models=models, admin=admin)
+                        models=models, admin=admin, mcp_servers=mcp_servers,
+                        mcp_urls=mcp_urls)
         digests = [digest(k) for k in _strings(spec, "keys", where)]
         for hexed in _strings(spec, "key_sha256", where):
             if not HEX_DIGEST.fullmatch(hexed):

@@ -316,11 +316,19 @@ def canonical_items() -> list[dict]:
         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}],
          "content": [{"text": "t"}], "encrypted_content": "e"},
         {"type": "additional_tools", "tools": [{"type": "function", "name": "h"}]},
+        {"type": "mcp_list_tools", "server_label": "s", "tools": [
+            {"name": "t", "input_schema": {"type": "object"}, "annotations": None}]},
+        {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "s", "name": "t",
+         "arguments": "{}"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        {"type": "mcp_call", "server_label": "s", "name": "t", "arguments": "{}",
+         "output": "r", "approval_request_id": "mcpr_1"},
     ]}
     items = [canonical(item, f"input[{i}]")
              for i, item in enumerate(structure(body, wire.ItemList).input)]
     body = {"input": [plain(compaction_item("the summary", items[:2]))]}
-    return plain([*items, canonical(structure(body, wire.ItemList).input[0], "input[8]")])
+    return plain([*items, canonical(structure(body, wire.ItemList).input[0],
+                                    f"input[{len(items)}]")])
 
 
 def test_canonical_items_meet_the_item_schema():

@@ -18,6 +18,7 @@ import typing_extensions
 from triode.errors import InvalidRequest
 from triode.responses import convert, translate, wire
 from triode.responses.conversations import ConversationUpdate, NewConversation, NewItems
+from triode.responses.mcp import parse_servers
 from triode.responses.tools import HOSTED_TYPES, parse_tools
 
 from . import sdk_params
@@ -25,8 +26,9 @@ from .sdk_params import hints, required, typeddicts
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "compatibility.md"
-# The tool types `tools.parse_tools` takes apart (the others are hosted: dropped or a 400).
-TOOL_TYPES = ("function", "custom", "namespace")
+# The tool types triode takes apart (`tools.parse_tools`, `mcp.parse_server`; the others are
+# hosted: dropped or a 400).
+TOOL_TYPES = ("function", "custom", "namespace", "mcp")
 TAKEN = {"item": frozenset(wire.ITEM_TYPES),
          "part": frozenset({*convert.CONTENT_PARTS, "reasoning_text"}),
          "tool": frozenset(TOOL_TYPES)}
@@ -197,7 +199,15 @@ def test_each_field_is_accepted(key):
     req = convert.structure(body, cls)
     if endpoint in ("create", "input_tokens"):
         translate.validate(req)
-    if key.startswith("tool."):
+    if key.startswith("tool.mcp"):
+        if key.split(".")[2:3] in (["connector_id"], ["tunnel_id"]):   # no connectors here
+            with pytest.raises(InvalidRequest) as exc:
+                parse_servers(body["tools"])
+            assert exc.value.param == f"tools[0].{key.split('.')[2]}"
+        else:
+            assert [s.label for s in parse_servers(body["tools"])] == [
+                body["tools"][0]["server_label"]]
+    elif key.startswith("tool."):
         assert parse_tools(body["tools"], hosted="error")
 
 

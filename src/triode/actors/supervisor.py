@@ -16,11 +16,14 @@ import trio
 
 from ..errors import APIError, InvalidRequest
 from ..responses.builder import ResponseBuilder
-from ..responses.objects import (ResponseError, ResponseEvent, ResponseObject, StreamEvent,
-                                 Usage, usage)
+from ..model.request import GenerationRequest
+from ..responses.items import chat_messages
+from ..responses.objects import (McpCallItem, ResponseError, ResponseEvent, ResponseObject,
+                                 StreamEvent, Usage, usage)
 from ..responses.lifecycle import Event, Lifecycle, Status
 from ..responses.output import OutputAssembler, StopMatcher
-from ..responses.prepared import Prepared
+from ..responses.mcp import McpTurn
+from ..responses.prepared import Prepared, continued
 from ..responses.translate import Plan
 from .model import ModelHandle
 
@@ -83,6 +86,10 @@ class Supervisor:
         self._task_status: trio.TaskStatus[SupervisorHandle] = trio.TASK_STATUS_IGNORED
         self._output_tokens = 0
         self._cached_tokens = 0
+        self._input_tokens = 0       # of every generation's prompt
+        self._reasoning_tokens = 0   # of the generations before the current one
+        self._calls_made = 0         # tool calls the model made, of any kind
+        self._mcp_calls = 0          # MCP calls run
         self.accepted_drafts = 0   # output tokens that were accepted speculative drafts
 
     def _take(self, ready: Prepared) -> None:
@@ -187,17 +194,67 @@ class Supervisor:
         if ready.generation is None:
             self._compaction_only(ready)
             return
-        output = self._output
+        generation, output = ready.generation, self._output
         assert output is not None
-        async with self._model.generate(ready.generation) as adm:
+        mcp = ready.plan.mcp
+        if mcp is not None and (mcp.failure is not None or mcp.approved):
+            # Nothing is generated before a failed listing ends the response, or before
+            # the calls its input approved have run (their results are in the prompt).
+            if not self._admitted:
+                self._report_started()
+            self._begin(ready)
+            if mcp.failure is not None:
+                raise APIError(mcp.failure, code="external_connector_error")
+            for request in mcp.approved:
+                await self._run(mcp, self.builder.mcp_call_whole(
+                    label=request.server_label, name=request.name,
+                    arguments=request.arguments, approval_request_id=request.id))
+            following = await self._continued(ready, mcp)
+            if following is None:
+                self._finish(truncated=True)
+                return
+            generation, output = following
+        while True:
+            truncated, stopped = await self._one(ready, generation, output)
+            if mcp is not None and not truncated and output.mcp_ready:
+                self._calls_made += output.call_count
+                for item in output.mcp_ready:
+                    await self._run(mcp, item)
+                if not (stopped or output.approval_requests or output.client_calls):
+                    # The model goes on with the results, in the same response.
+                    following = await self._continued(ready, mcp)
+                    if following is not None:
+                        generation, output = following
+                        continue
+                    truncated = True
+            self._finish(truncated=truncated)
+            return
+
+    def _begin(self, ready: Prepared) -> None:
+        """in_progress, with what was done before generation: the compaction's item and
+        the MCP listings this response made."""
+        if self.status is not Status.QUEUED:
+            return
+        self._move(Event.START)
+        if ready.compaction is not None:
+            c = ready.compaction
+            self.builder.compaction(c.item, c.before, c.after)
+        if ready.plan.mcp is not None:
+            for listing in ready.plan.mcp.listings:
+                self.builder.mcp_listing(listing.server_label, listing.tools, listing.error,
+                                         listing.id)
+        self._notify()
+
+    async def _one(self, ready: Prepared, generation: GenerationRequest,
+                   output: OutputAssembler) -> tuple[bool, bool]:
+        """One generation of the response, to its end: (cut off by the token limit,
+        ended by a stop sequence)."""
+        self._input_tokens += len(generation.prompt)
+        async with self._model.generate(generation) as adm:
             if not self._admitted:
                 self._report_started()
             async for out in adm.outputs:
-                if self.status is Status.QUEUED:
-                    self._move(Event.START)
-                    if ready.compaction is not None:
-                        c = ready.compaction
-                        self.builder.compaction(c.item, c.before, c.after)
+                self._begin(ready)
                 self._output_tokens += 1
                 self.accepted_drafts += out.drafted
                 self._cached_tokens += out.cached_tokens
@@ -209,12 +266,47 @@ class Supervisor:
                     if not stopped:
                         output.feed(self._stops.flush())
                     output.finish()
-                    truncated = out.finish_reason == "length" and not stopped
-                    self._move(Event.TRUNCATE if truncated else Event.COMPLETE, self._usage())
+                    self._notify()
+                    return out.finish_reason == "length" and not stopped, stopped
                 self._notify()
-                if stopped or out.finish_reason is not None:
-                    return  # leaving the block releases the slot
         raise APIError("generation ended without a finish reason (engine stopped)")
+
+    def _finish(self, *, truncated: bool) -> None:
+        self._move(Event.TRUNCATE if truncated else Event.COMPLETE, self._usage())
+        self._notify()
+
+    async def _run(self, mcp: McpTurn, item: McpCallItem) -> None:
+        """One MCP call, on the response's behalf (its cancellation cancels the call)."""
+        self._notify()
+        result, error = await mcp.runner.call(item.server_label, item.name, item.arguments)
+        self.builder.mcp_call_end(item, result, error)
+        self._mcp_calls += 1
+        self._notify()
+
+    async def _continued(self, ready: Prepared, mcp: McpTurn
+                         ) -> tuple[GenerationRequest, OutputAssembler] | None:
+        """The next generation of a response whose MCP calls ran: its prompt with the
+        output so far. No more calls once `max_tool_calls` or the per-response cap is
+        reached. None when no output token is left."""
+        plan = ready.plan
+        messages = [*plan.messages,
+                    *chat_messages(None, self.builder.obj.output, mcp.rendered_calls)]
+        rendered = await self._model.render(messages, plan.template_tools,
+                                            plan.template_kwargs)
+        cap = plan.echo.max_tool_calls
+        tools_off = self._mcp_calls >= mcp.runner.max_calls or (
+            cap is not None and self._calls_made >= cap)
+        following = continued(ready, rendered, self._model.info,
+                              generated=self._output_tokens, calls_made=self._calls_made,
+                              tools_off=tools_off)
+        if following is None:
+            return None
+        generation, assemble = following
+        if self._output is not None:
+            self._reasoning_tokens += self._output.reasoning_tokens
+        self._output = output = assemble(self.builder)
+        self._stops = StopMatcher(list(generation.stop))
+        return generation, output
 
     def _compaction_only(self, ready: Prepared) -> None:
         """A compaction that is the whole answer (a compaction_trigger): it ran while the
@@ -230,11 +322,14 @@ class Supervisor:
         self._notify()
 
     def _usage(self) -> Usage:
+        """Every generation's tokens (a response that ran MCP calls generated more than
+        once: their prompts' tokens add up, as OpenAI counts them)."""
         ready, output = self._ready, self._output
         prompt = ready.generation.prompt if ready and ready.generation else ()
-        return usage(input_tokens=len(prompt),
+        return usage(input_tokens=self._input_tokens or len(prompt),
                      output_tokens=self._output_tokens, cached_tokens=self._cached_tokens,
-                     reasoning_tokens=output.reasoning_tokens if output else 0)
+                     reasoning_tokens=self._reasoning_tokens
+                     + (output.reasoning_tokens if output else 0))
 
     def _fail(self, code: str, message: str) -> None:
         if self.lifecycle.terminal:

@@ -15,7 +15,8 @@ from .ids import new_id
 from .lifecycle import Status, item_status
 from .objects import (CallDeltaEvent, CallDoneEvent, CallItem, CompactionCompletedEvent,
                       CompactionStartedEvent, ContentPartEvent, Echo, IncompleteDetails,
-                      CompactionItem, CustomToolCallItem, FunctionCallItem, OutputItem,
+                      CompactionItem, CustomToolCallItem, FunctionCallItem, ItemStatusEvent,
+                      McpApprovalRequestItem, McpCallItem, McpListToolsItem, OutputItem,
                       OutputItemEvent, MessageItem, ReasoningItem, OutputTextPart,
                       ReasoningTextPart, ResponseError, ResponseEvent, ResponseObject,
                       StreamEvent, TextDeltaEvent, TextDoneEvent, Usage, usage)
@@ -40,7 +41,8 @@ class ResponseBuilder:
         self._text = OutputTextPart(logprobs=[])       # its text part
         self._reasoning: ReasoningItem | None = None   # the open reasoning item, if any
         self._thought = ReasoningTextPart()            # its text part
-        self._calls: dict[int, CallItem] = {}            # open tool calls by parser index
+        self._calls: dict[int, CallItem | McpCallItem] = {}   # open tool calls by parser index
+        self._mcp_open: dict[str, McpCallItem] = {}   # MCP calls started, not yet ended
         self._positions: dict[str, int] = {}              # item id → output_index
 
     # ---- events --------------------------------------------------------------------------
@@ -173,8 +175,11 @@ class ResponseBuilder:
     def call_delta(self, index: int, delta: str) -> None:
         self._stream_into(self._calls[index], delta)
 
-    def _stream_into(self, item: CallItem, delta: str) -> None:
-        if isinstance(item, FunctionCallItem):
+    def _stream_into(self, item: CallItem | McpCallItem, delta: str) -> None:
+        if isinstance(item, McpCallItem):
+            item.arguments += delta
+            type_ = "response.mcp_call_arguments.delta"
+        elif isinstance(item, FunctionCallItem):
             item.arguments += delta
             type_ = "response.function_call_arguments.delta"
         else:
@@ -187,6 +192,9 @@ class ResponseBuilder:
     def call_done(self, index: int, final: str) -> None:
         """The final parse wins: whatever the deltas did not yet carry is sent, then `.done`."""
         item = self._calls.pop(index)
+        if isinstance(item, McpCallItem):
+            self._mcp_arguments_done(item, final)
+            return
         streamed = item.arguments if isinstance(item, FunctionCallItem) else item.input
         if final != streamed and final.startswith(streamed):
             self._stream_into(item, final[len(streamed):])
@@ -204,6 +212,78 @@ class ResponseBuilder:
         self.events.append(done)
         item.status = "completed"
         self._item_event("response.output_item.done", output_index, item)
+
+    # ---- MCP -----------------------------------------------------------------------------
+
+    def _status_event(self, type_: str, item_id: str) -> None:
+        self.events.append(ItemStatusEvent(type=type_, sequence_number=self._seq(),
+                                           item_id=item_id,
+                                           output_index=self._positions[item_id]))
+
+    def mcp_listing(self, label: str, tools: list[dict[str, Any]], error: str | None,
+                    item_id: str | None = None) -> McpListToolsItem:
+        """A server's listing, as OpenAI streams one: the item added without tools,
+        in_progress, completed (or failed), the item done with its tools (or error)."""
+        self._close_message("completed")
+        item = McpListToolsItem(id=item_id or new_id("mcpl"), server_label=label)
+        self._add(item)
+        self._status_event("response.mcp_list_tools.in_progress", item.id)
+        item.tools, item.error = _copy(tools), error
+        self._status_event("response.mcp_list_tools.failed" if error is not None
+                           else "response.mcp_list_tools.completed", item.id)
+        self._item_event("response.output_item.done", self._positions[item.id], item)
+        return item
+
+    def mcp_call_start(self, index: int | None, *, label: str, name: str,
+                       approval_request_id: str | None = None) -> McpCallItem:
+        """Opens an mcp_call (added with empty arguments, then in_progress); its arguments
+        stream under `index` (call_delta, call_done), and `mcp_call_end` ends it."""
+        self._close_message("completed")
+        item = McpCallItem(id=new_id("mcp"), server_label=label, name=name,
+                           approval_request_id=approval_request_id)
+        self._add(item)
+        self._status_event("response.mcp_call.in_progress", item.id)
+        self._mcp_open[item.id] = item
+        if index is not None:
+            self._calls[index] = item
+        return item
+
+    def _mcp_arguments_done(self, item: McpCallItem, final: str) -> None:
+        if final != item.arguments and final.startswith(item.arguments):
+            self._stream_into(item, final[len(item.arguments):])
+        item.arguments = final
+        self.events.append(CallDoneEvent(type="response.mcp_call_arguments.done",
+                                         sequence_number=self._seq(), item_id=item.id,
+                                         output_index=self._positions[item.id],
+                                         arguments=final))
+
+    def mcp_call_whole(self, *, label: str, name: str, arguments: str,
+                       approval_request_id: str | None = None) -> McpCallItem:
+        """An mcp_call whose arguments are known (an approved request): opened, its
+        arguments sent in one delta, done; `mcp_call_end` ends it."""
+        item = self.mcp_call_start(None, label=label, name=name,
+                                   approval_request_id=approval_request_id)
+        self._mcp_arguments_done(item, arguments)
+        return item
+
+    def mcp_call_end(self, item: McpCallItem, output: str | None,
+                     error: dict[str, Any] | None) -> None:
+        """The call ran: completed with its output, or failed with its error."""
+        del self._mcp_open[item.id]
+        item.output, item.error = output, error
+        item.status = "failed" if error is not None else "completed"
+        self._status_event(f"response.mcp_call.{item.status}", item.id)
+        self._item_event("response.output_item.done", self._positions[item.id], item)
+
+    def mcp_approval_request(self, *, label: str, name: str, arguments: str
+                             ) -> McpApprovalRequestItem:
+        """A call that waits for the client's approval: added and done, whole."""
+        self._close_message("completed")
+        item = McpApprovalRequestItem(id=new_id("mcpr"), server_label=label, name=name,
+                                      arguments=arguments)
+        index = self._add(item)
+        self._item_event("response.output_item.done", index, item)
+        return item
 
     def compaction(self, item: CompactionItem, before: int, after: int) -> None:
         """The history was compacted before generation: the two extension events,
@@ -224,8 +304,9 @@ class ResponseBuilder:
         self._item_event("response.output_item.added", index, item)
         return index
 
-    def _open_items(self) -> list[ReasoningItem | CallItem]:
-        return [*([self._reasoning] if self._reasoning else []), *self._calls.values()]
+    def _open_items(self) -> list[ReasoningItem | CallItem | McpCallItem]:
+        calls = {id(c): c for c in [*self._calls.values(), *self._mcp_open.values()]}
+        return [*([self._reasoning] if self._reasoning else []), *calls.values()]
 
     def _close_open_items(self, status: str) -> None:
         self._close_message(status)
@@ -234,6 +315,7 @@ class ResponseBuilder:
             self._item_event("response.output_item.done", self._positions[item.id], item)
         self._reasoning = None
         self._calls.clear()
+        self._mcp_open.clear()
 
     # ---- terminal states -----------------------------------------------------------------
 
@@ -264,4 +346,5 @@ class ResponseBuilder:
                 item.status = item_status(Status.INCOMPLETE)
         self._message = self._reasoning = None
         self._calls.clear()
+        self._mcp_open.clear()
         self._end(Status.CANCELLED, usage_)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from ..errors import InvalidRequest
 from ..model.decoding import is_data_url
@@ -22,8 +22,10 @@ from . import compaction, wire
 from .ids import new_id
 from .objects import (AdditionalToolsItem, CompactionItem, ContentPart, CustomToolCallItem,
                       CustomToolCallOutputItem, FunctionCallItem, FunctionCallOutputItem,
-                      InputImagePart, InputTextPart, Item, MessageItem, OutputTextPart, ReasoningItem,
-                      ReasoningTextPart, RefusalPart, SummaryTextPart)
+                      InputImagePart, InputTextPart, Item, McpApprovalRequestItem,
+                      McpApprovalResponseItem, McpCallItem, McpListToolsItem, MessageItem,
+                      OutputTextPart, ReasoningItem, ReasoningTextPart, RefusalPart,
+                      SummaryTextPart)
 from .output import decrypt_reasoning
 
 CUSTOM_INPUT = "input"
@@ -106,6 +108,27 @@ def canonical(item: wire.InputItem, param: str) -> Item:
         case wire.AdditionalTools():
             return AdditionalToolsItem(id=item.id or new_id("at"), role=item.role or "developer",
                                        tools=item.tools)
+        case wire.McpListTools():
+            return McpListToolsItem(id=item.id or new_id("mcpl"), server_label=item.server_label,
+                                    tools=[_listed_tool(t, f"{param}.tools[{j}]")
+                                           for j, t in enumerate(item.tools)],
+                                    error=item.error)
+        case wire.McpCall():
+            error = item.error
+            return McpCallItem(id=item.id or new_id("mcp"), server_label=item.server_label,
+                               name=item.name, arguments=item.arguments, output=item.output,
+                               error={"type": "mcp_protocol_error", "code": 0, "message": error}
+                               if isinstance(error, str) else error,
+                               approval_request_id=item.approval_request_id,
+                               status=item.status or "completed")
+        case wire.McpApprovalRequest():
+            return McpApprovalRequestItem(id=item.id or new_id("mcpr"),
+                                          server_label=item.server_label, name=item.name,
+                                          arguments=item.arguments)
+        case wire.McpApprovalResponse():
+            return McpApprovalResponseItem(id=item.id or new_id("mcpa"),
+                                           approval_request_id=item.approval_request_id,
+                                           approve=item.approve, reason=item.reason)
         case wire.ItemReference():
             # The turn service replaces every reference with the item it names.
             raise InvalidRequest(f"item_reference '{item.id}' was not resolved", param=param)
@@ -113,6 +136,31 @@ def canonical(item: wire.InputItem, param: str) -> Item:
             raise InvalidRequest("a compaction_trigger is accepted only as the last input "
                                  "item of POST /v1/responses", param=param)
     raise InvalidRequest("unsupported input item", param=param)
+
+
+def _listed_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
+    """One tool of a replayed `mcp_list_tools`: a name and an object input schema."""
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise InvalidRequest("a listed MCP tool needs a name", param=f"{param}.name")
+    schema = tool.get("input_schema")
+    if not isinstance(schema, dict):
+        raise InvalidRequest("a listed MCP tool needs an input_schema object",
+                             param=f"{param}.input_schema")
+    description = tool.get("description")
+    return {"name": tool["name"], "input_schema": schema,
+            "description": description if isinstance(description, str) else None,
+            "annotations": tool.get("annotations")}
+
+
+def mcp_result_text(item: McpCallItem) -> str:
+    """What the model is shown of an MCP call's result: its output, or its error."""
+    if item.error is None:
+        return item.output or ""
+    return "error: " + json.dumps(item.error, ensure_ascii=False)
+
+
+def mcp_denial_text(reason: str | None) -> str:
+    return "error: the user denied this tool call" + (f" ({reason})" if reason else "")
 
 
 def _compaction(item: wire.CompactionItem, param: str) -> CompactionItem:
@@ -197,14 +245,19 @@ def _arguments(raw: str) -> Any:
     return value if isinstance(value, dict) else raw
 
 
-def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[str, Any]]:
+def chat_messages(instructions: str | None, items: Sequence[Item],
+                  rendered_calls: Collection[str] = ()) -> list[dict[str, Any]]:
     """Canonical items (history first, then this turn's input) → chat-template messages.
-    `additional_tools` items render nothing here: their tools go to the template's tools."""
+    `additional_tools` and `mcp_list_tools` items render nothing here: their tools go to the
+    template's tools. An MCP approval request renders as the model's call; the call that ran
+    once it was approved, as that call's result. `rendered_calls`: approval requests the
+    messages these follow already show (a response's output rendered after its prompt)."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
     reasoning: str | None = None      # a reasoning item waits for the assistant turn it precedes
     names: dict[str, str] = {}        # call_id → the name its output answers
+    approvals = set(rendered_calls)   # MCP approval requests rendered as calls
 
     def assistant_turn(*, merge: bool) -> dict[str, Any]:
         """Tool calls join the assistant turn just before them; text starts a new one."""
@@ -217,6 +270,19 @@ def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[
             reasoning = None
         messages.append(msg)
         return msg
+
+    def call(call_id: str, label: str, name: str, arguments: str) -> None:
+        """An MCP call, as the model wrote it: a call of the namespaced tool."""
+        chat_name = names[call_id] = chat_tool_name(name, label)
+        assistant_turn(merge=True).setdefault("tool_calls", []).append(
+            {"type": "function", "id": call_id,
+             "function": {"name": chat_name, "arguments": _arguments(arguments)}})
+
+    def result(call_id: str, text: str) -> None:
+        msg = {"role": "tool", "tool_call_id": call_id, "content": text}
+        if call_id in names:
+            msg["name"] = names[call_id]
+        messages.append(msg)
 
     for item in items:
         match item:
@@ -243,6 +309,17 @@ def chat_messages(instructions: str | None, items: Sequence[Item]) -> list[dict[
                 if item.call_id in names:
                     msg["name"] = names[item.call_id]
                 messages.append(msg)
+            case McpApprovalRequestItem():
+                # The model's call, waiting: a call (its result follows, or its denial).
+                call(item.id, item.server_label, item.name, item.arguments)
+                approvals.add(item.id)
+            case McpApprovalResponseItem(approve=False):
+                result(item.approval_request_id, mcp_denial_text(item.reason))
+            case McpCallItem():
+                call_id = item.approval_request_id or item.id
+                if call_id not in approvals:
+                    call(call_id, item.server_label, item.name, item.arguments)
+                result(call_id, mcp_result_text(item))
     return messages
 
 

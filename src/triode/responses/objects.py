@@ -247,13 +247,69 @@ class AdditionalToolsItem:
     tools: list[dict[str, Any]]
 
 
+# ---- MCP items (docs/mcp.md) ---------------------------------------------------------------
+# A server's tools as listed, a call the server ran, a call waiting for the client's approval
+# and the client's answer. They carry the server's label, never its URL or credentials.
+
+@schema_name("McpListToolsObject")
+@answer
+@attrs.define(kw_only=True)
+class McpListToolsItem:
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    id: str
+    server_label: str
+    tools: list[dict[str, Any]] = attrs.Factory(list)   # {name, input_schema, description,
+                                                        #  annotations}
+    error: str | None = None
+
+
+@schema_name("McpCallObject")
+@answer
+@attrs.define(kw_only=True)
+class McpCallItem:
+    type: Literal["mcp_call"] = "mcp_call"
+    id: str
+    server_label: str
+    name: str
+    arguments: str = ""
+    output: str | None = None
+    error: dict[str, Any] | None = None   # {type: mcp_protocol_error | mcp_tool_execution_error
+                                          #  | http_error, ...}
+    approval_request_id: str | None = None
+    status: str = "in_progress"
+
+
+@schema_name("McpApprovalRequestObject")
+@answer
+@attrs.define(kw_only=True)
+class McpApprovalRequestItem:
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+    id: str
+    server_label: str
+    name: str
+    arguments: str = ""
+
+
+@schema_name("McpApprovalResponseObject")
+@answer
+@attrs.frozen(kw_only=True)
+class McpApprovalResponseItem:
+    type: Literal["mcp_approval_response"] = "mcp_approval_response"
+    id: str
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+
+
+McpItem = Union[McpListToolsItem, McpCallItem, McpApprovalRequestItem]
 CallItem = Union[FunctionCallItem, CustomToolCallItem]
 CallOutputItem = Union[FunctionCallOutputItem, CustomToolCallOutputItem]
 Item = Union[MessageItem, FunctionCallItem, CustomToolCallItem, FunctionCallOutputItem,
-             CustomToolCallOutputItem, ReasoningItem, CompactionItem, AdditionalToolsItem]
+             CustomToolCallOutputItem, ReasoningItem, CompactionItem, AdditionalToolsItem,
+             McpListToolsItem, McpCallItem, McpApprovalRequestItem, McpApprovalResponseItem]
 # What a response's output holds (the builder makes these).
 OutputItem = Union[MessageItem, FunctionCallItem, CustomToolCallItem, ReasoningItem,
-                   CompactionItem]
+                   CompactionItem, McpListToolsItem, McpCallItem, McpApprovalRequestItem]
 
 
 # ---- the fields a response echoes --------------------------------------------------------
@@ -480,6 +536,18 @@ class CallDoneEvent:
 
 @answer
 @attrs.frozen(kw_only=True)
+class ItemStatusEvent:
+    """An MCP item's progress: response.mcp_list_tools.in_progress / .completed / .failed
+    and response.mcp_call.in_progress / .completed / .failed."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+
+
+@answer
+@attrs.frozen(kw_only=True)
 class CompactionStartedEvent:
     """mlx.compaction.started (an extension event: docs/architecture.md)."""
 
@@ -502,8 +570,8 @@ class CompactionCompletedEvent:
 
 
 StreamEvent = Union[ResponseEvent, OutputItemEvent, ContentPartEvent, TextDeltaEvent,
-                    TextDoneEvent, CallDeltaEvent, CallDoneEvent, CompactionStartedEvent,
-                    CompactionCompletedEvent]
+                    TextDoneEvent, CallDeltaEvent, CallDoneEvent, ItemStatusEvent,
+                    CompactionStartedEvent, CompactionCompletedEvent]
 
 
 # ---- JSON --------------------------------------------------------------------------------
@@ -533,7 +601,10 @@ ITEM_TYPES: dict[str, type] = {
     "message": MessageItem, "function_call": FunctionCallItem,
     "custom_tool_call": CustomToolCallItem, "function_call_output": FunctionCallOutputItem,
     "custom_tool_call_output": CustomToolCallOutputItem, "reasoning": ReasoningItem,
-    "compaction": CompactionItem, "additional_tools": AdditionalToolsItem}
+    "compaction": CompactionItem, "additional_tools": AdditionalToolsItem,
+    "mcp_list_tools": McpListToolsItem, "mcp_call": McpCallItem,
+    "mcp_approval_request": McpApprovalRequestItem,
+    "mcp_approval_response": McpApprovalResponseItem}
 _CONTENT_PARTS: dict[str, type] = {"input_text": InputTextPart, "output_text": OutputTextPart,
                                    "refusal": RefusalPart, "input_image": InputImagePart}
 _EVENT_PARTS: dict[str, type] = {"output_text": OutputTextPart,
@@ -595,9 +666,13 @@ EVENT_TYPES: dict[str, type] = {
     **dict.fromkeys(("response.output_text.done", "response.reasoning_text.done"),
                     TextDoneEvent),
     **dict.fromkeys(("response.function_call_arguments.delta",
-                     "response.custom_tool_call_input.delta"), CallDeltaEvent),
+                     "response.custom_tool_call_input.delta",
+                     "response.mcp_call_arguments.delta"), CallDeltaEvent),
     **dict.fromkeys(("response.function_call_arguments.done",
-                     "response.custom_tool_call_input.done"), CallDoneEvent),
+                     "response.custom_tool_call_input.done",
+                     "response.mcp_call_arguments.done"), CallDoneEvent),
+    **dict.fromkeys((f"response.{kind}.{stage}" for kind in ("mcp_list_tools", "mcp_call")
+                     for stage in ("in_progress", "completed", "failed")), ItemStatusEvent),
     "mlx.compaction.started": CompactionStartedEvent,
     "mlx.compaction.completed": CompactionCompletedEvent,
 }

@@ -16,6 +16,7 @@ from ..model.parsers import (ReasoningDelta, ReasoningDone, TextDelta, ToolCallD
                              ToolCallDone, ToolCallStart)
 from . import codec
 from .builder import ResponseBuilder
+from .objects import McpCallItem
 
 ENCRYPTED_REASONING_VERSION = 1
 
@@ -41,9 +42,13 @@ class OutputAssembler:
     def __init__(self, builder: ResponseBuilder, parser: Any, *,
                  resolve: Callable[[str], tuple[str, str, str | None] | None],
                  allow_calls: bool = True, parallel: bool = True, max_calls: int | None = None,
-                 encrypted_reasoning: bool = False, starts_in_reasoning: bool = False):
-        """`resolve(chat_name)` gives (kind, name, namespace) of a declared tool, or None.
-        `max_calls` (the request's `max_tool_calls`): the calls past it are dropped."""
+                 encrypted_reasoning: bool = False, starts_in_reasoning: bool = False,
+                 needs_approval: Callable[[str, str], bool] | None = None):
+        """`resolve(chat_name)` gives (kind, name, namespace) of a declared tool, or None;
+        kind `mcp` is an MCP server's tool (its namespace the server's label), whose call
+        is an `mcp_call` the supervisor runs, or an `mcp_approval_request` when
+        `needs_approval(label, name)`. `max_calls` (the request's `max_tool_calls`, less
+        the calls this response made before): the calls past it are dropped."""
         self._builder = builder
         self._parser = parser
         self._resolve = resolve
@@ -55,8 +60,14 @@ class OutputAssembler:
         self._calls = 0
         self._dropped: set[int] = set()
         self._deferred: set[int] = set()      # custom calls: emitted whole when done
+        self._needs_approval = needs_approval or (lambda label, name: True)
+        self._approvals: dict[int, tuple[str, str]] = {}   # calls that wait: (label, name)
+        self._mcp: dict[int, McpCallItem] = {}
         self.reasoning_tokens = 0
         self.call_count = 0
+        self.mcp_ready: list[McpCallItem] = []   # MCP calls whose arguments are done
+        self.approval_requests = 0
+        self.client_calls = 0                    # function and custom calls for the client
         self._logprobs: list[dict[str, Any]] = []   # entries waiting for the text they made
 
     def feed(self, text: str, logprobs: dict[str, Any] | None = None) -> None:
@@ -91,7 +102,8 @@ class OutputAssembler:
                     self._logprobs = []
                     self._start(i, name)
                 case ToolCallDelta(index=i, arguments=delta):
-                    if i not in self._dropped and i not in self._deferred and delta:
+                    if i not in self._dropped and i not in self._deferred \
+                            and i not in self._approvals and delta:
                         b.call_delta(i, delta)
                 case ToolCallDone(index=i, name=name, arguments=arguments):
                     self._done(i, name, arguments)
@@ -105,6 +117,15 @@ class OutputAssembler:
             return
         self.call_count += 1
         tool = self._resolve(chat_name)
+        if tool is not None and tool[0] == "mcp":
+            _, name, label = tool
+            assert label is not None   # an MCP tool's namespace is its server's label
+            if self._needs_approval(label, name):
+                self._approvals[index] = (label, name)
+            else:
+                self._mcp[index] = self._builder.mcp_call_start(index, label=label, name=name)
+            return
+        self.client_calls += 1
         if tool is not None and tool[0] == "custom":
             self._deferred.add(index)
             return
@@ -113,6 +134,15 @@ class OutputAssembler:
 
     def _done(self, index: int, chat_name: str, arguments: str) -> None:
         if index in self._dropped:
+            return
+        if index in self._approvals:
+            label, name = self._approvals.pop(index)
+            self._builder.mcp_approval_request(label=label, name=name, arguments=arguments)
+            self.approval_requests += 1
+            return
+        if index in self._mcp:
+            self._builder.call_done(index, arguments)
+            self.mcp_ready.append(self._mcp.pop(index))
             return
         if index not in self._deferred:
             self._builder.call_done(index, arguments)

@@ -14,7 +14,8 @@ from ..model.request import GenerationRequest, Rendered
 from ..tenants import DEFAULT_SCOPE, scoped
 from .builder import ResponseBuilder
 from .output import OutputAssembler
-from .translate import Plan, grammar_for, starts_in_reasoning
+from .tools import Tool, ToolChoice
+from .translate import Plan, grammar_for, starts_in_reasoning, text_grammar
 
 Assemble = Callable[[ResponseBuilder], OutputAssembler]
 
@@ -65,14 +66,44 @@ def finalize(plan: Plan, rendered: Rendered, info: ModelInfo,
     return Prepared(plan, generation, assembler_for(plan, info, thinking), compaction)
 
 
+def continued(ready: Prepared, rendered: Rendered, info: ModelInfo, *, generated: int,
+              calls_made: int, tools_off: bool) -> tuple[GenerationRequest, Assemble] | None:
+    """The same response generating again after its MCP calls ran: the prompt re-rendered
+    with its output so far (the prompt cache holds what came before), what is left of
+    `max_output_tokens`, a forced tool choice no longer forced, and `max_tool_calls` less
+    the calls made. `tools_off`: no call may follow (a cap was reached). None when no
+    output token is left; a 400 `context_length_exceeded` when the window is full."""
+    plan, first = ready.plan, ready.generation
+    assert first is not None
+    room = info.context_length - len(rendered.tokens)
+    if room < 1:
+        raise ContextLengthExceeded(
+            f"the response's tool results fill the context window ({info.context_length})",
+            param="input")
+    left = room if plan.max_output_tokens is None else plan.max_output_tokens - generated
+    if left < 1:
+        return None
+    mode = "none" if tools_off or plan.choice.mode == "none" else "auto"
+    plan = attrs.evolve(plan, choice=ToolChoice(mode, plan.choice.allowed, plan.choice.echo))
+    plan = attrs.evolve(plan, grammar=text_grammar(plan.echo, info.family))
+    thinking = starts_in_reasoning(info, rendered.text)
+    generation = attrs.evolve(first, prompt=rendered.tokens, max_tokens=min(left, room),
+                              grammar=grammar_for(plan, info, in_reasoning=thinking),
+                              images=rendered.images)
+    if plan.echo.max_tool_calls is not None:
+        plan = attrs.evolve(plan, echo=attrs.evolve(
+            plan.echo, max_tool_calls=max(0, plan.echo.max_tool_calls - calls_made)))
+    return generation, assembler_for(plan, info, thinking)
+
+
 def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
     """How this response's decoded text becomes output items (parser + declared tools)."""
-    declared = {t.chat_name: (t.kind, t.name, t.namespace) for t in plan.tools}
+    declared = {t.chat_name: _resolved(t) for t in plan.tools}
     # A model may call a namespaced tool by its bare name (`exec_command` for
     # `functions.exec_command`): that resolves to it when no other tool has that name.
     bare: dict[str, list[tuple[str, str, str | None]]] = {}
     for t in plan.tools:
-        bare.setdefault(t.name, []).append((t.kind, t.name, t.namespace))
+        bare.setdefault(t.name, []).append(_resolved(t))
     for name, matches in bare.items():
         if name not in declared and len(matches) == 1:
             declared[name] = matches[0]
@@ -85,6 +116,14 @@ def assembler_for(plan: Plan, info: ModelInfo, thinking: bool) -> Assemble:
                                parallel=plan.echo.parallel_tool_calls,
                                max_calls=plan.echo.max_tool_calls,
                                encrypted_reasoning=plan.encrypted_reasoning,
-                               starts_in_reasoning=thinking)
+                               starts_in_reasoning=thinking,
+                               needs_approval=lambda label, name: plan.mcp_approvals.get(
+                                   f"{label}.{name}", True))
 
     return assemble
+
+
+def _resolved(tool: Tool) -> tuple[str, str, str | None]:
+    """What a model's call of `tool` is: (kind, name, namespace); an MCP server's tool is
+    kind `mcp`, its namespace the server's label."""
+    return ("mcp" if tool.server is not None else tool.kind), tool.name, tool.namespace

@@ -36,6 +36,7 @@ class Tool:
     parameters: dict[str, Any] | None = None   # function tools
     strict: bool | None = None
     format: dict[str, Any] | None = None       # custom tools
+    server: str | None = None                  # an MCP server's tool: the server's label
 
     @property
     def chat_name(self) -> str:
@@ -132,17 +133,20 @@ def _identity(tool: Any, where: str) -> tuple[Any, Any]:
     return "malformed", where
 
 
-def hosted_types(raw: list[dict[str, Any]] | None) -> tuple[str, ...]:
-    """The hosted tool types a request lists (what `--hosted-tools ignore` drops), each once."""
+def hosted_types(raw: list[dict[str, Any]] | None, *, mcp: bool = False) -> tuple[str, ...]:
+    """The hosted tool types a request lists (what `--hosted-tools ignore` drops), each once;
+    `mcp`: MCP tools run here (not dropped)."""
     kinds = (obj.get("type") for obj in raw or () if isinstance(obj, dict))
-    return tuple(dict.fromkeys(k for k in kinds if isinstance(k, str) and k in HOSTED_TYPES))
+    return tuple(dict.fromkeys(k for k in kinds if isinstance(k, str) and k in HOSTED_TYPES
+                               and not (mcp and k == "mcp")))
 
 
 def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str,
-                params: list[str] | None = None) -> list[Tool]:
+                params: list[str] | None = None, mcp: bool = False) -> list[Tool]:
     """Validates the request's tools; hosted types are refused, or dropped when `hosted` is
     `ignore`. Tool names (namespace-qualified) must be unique. `params[i]` names where
-    `raw[i]` came from (default `tools[i]`)."""
+    `raw[i]` came from (default `tools[i]`). `mcp`: this server runs MCP tools, whose
+    declarations responses/mcp.py reads (skipped here)."""
     tools: list[Tool] = []
     for i, obj in enumerate(raw or []):
         param = params[i] if params is not None else f"tools[{i}]"
@@ -166,6 +170,8 @@ def parse_tools(raw: list[dict[str, Any]] | None, *, hosted: str,
                                          param=sub_param)
                 make = _function if sub["type"] == "function" else _custom
                 tools.append(make(sub, sub_param, ns))
+        elif kind == "mcp" and mcp:
+            continue
         elif kind in HOSTED_TYPES:
             if hosted == "ignore":
                 continue
@@ -222,6 +228,18 @@ def parse_tool_choice(value: str | dict[str, Any] | None, tools: list[Tool]) -> 
     if kind in ("function", "custom"):
         tool = _named(value, tools, "tool_choice")
         return ToolChoice("required", (tool.chat_name,), value)
+    if kind == "mcp":
+        label = value.get("server_label")
+        name = value.get("name")
+        wanted = tuple(t.chat_name for t in tools if t.server is not None
+                       and t.server == label and (name is None or t.name == name))
+        if not wanted:
+            what = f"the tool '{name}' of " if name is not None else ""
+            raise InvalidRequest(f"tool_choice names {what}the MCP server '{label}', which is "
+                                 "not among the request's mcp tools (or lists no such tool)",
+                                 param="tool_choice.name" if name is not None
+                                 else "tool_choice.server_label")
+        return ToolChoice("required", wanted, value)
     if kind == "allowed_tools":
         mode = value.get("mode", "auto")
         listed = value.get("tools")

@@ -20,6 +20,7 @@ from .items import chat_messages, input_items
 from .objects import (ConversationRef, CustomToolCallItem, CustomToolCallOutputItem, Echo,
                       FunctionCallItem, FunctionCallOutputItem, Item, ResponseReasoning,
                       ResponseTextConfig)
+from .mcp import McpTools, McpTurn
 from .tools import (Tool, ToolChoice, declared_tools, hosted_types, parse_tool_choice,
                     parse_tools)
 
@@ -67,6 +68,9 @@ class Plan:
     compact_threshold: int | None = None   # context_management's compaction threshold
     compact_now: bool = False              # a trailing compaction_trigger: compact, no reply
     dropped_tools: tuple[str, ...] = ()    # hosted tool types dropped (--hosted-tools ignore)
+    # MCP tools' chat names → whether a call of it waits for the client's approval.
+    mcp_approvals: dict[str, bool] = attrs.Factory(dict)
+    mcp: McpTurn | None = None     # its MCP servers' runner and what runs first
 
     @property
     def store(self) -> bool:
@@ -203,7 +207,9 @@ def forced_calls(visible: list[Tool], choice: ToolChoice, family: Family, *, par
                  max_output_tokens: int | None = None) -> Grammar:
     """The grammar of a required (or named) tool choice over the visible tools, in the
     family's syntax; a 400 for a tool schema that cannot be enforced."""
-    named = isinstance(choice.echo, dict) and choice.echo.get("type") in ("function", "custom")
+    named = isinstance(choice.echo, dict) and (
+        choice.echo.get("type") in ("function", "custom")
+        or choice.echo.get("type") == "mcp" and choice.echo.get("name") is not None)
     return family.tool_call_grammar([t.for_grammar() for t in visible],
                                     choice.allowed[0] if named else "required",
                                     parallel=parallel, in_reasoning=in_reasoning,
@@ -223,6 +229,15 @@ def _grammar(visible: list[Tool], choice: ToolChoice, echo: Echo, family: Family
     if echo.text.format.get("type") != "text":
         return family.text_format_grammar(echo.text.format, in_reasoning=in_reasoning,
                                           think_close=think_close,
+                                          max_output_tokens=echo.max_output_tokens)
+    return None
+
+
+def text_grammar(echo: Echo, family: Family) -> Grammar | None:
+    """The structured-output grammar alone (no forced call): what a response generating
+    again after its tool calls ran is held to."""
+    if echo.text.format.get("type") != "text":
+        return family.text_format_grammar(echo.text.format, in_reasoning=False,
                                           max_output_tokens=echo.max_output_tokens)
     return None
 
@@ -261,15 +276,23 @@ def optional_echoes(req: wire.CreateResponse) -> dict[str, Any]:
 def plan(req: wire.CreateResponse, defaults: Sampling,
          history: Sequence[Item] = (), conversation: str | None = None, *,
          hosted_tools: str = "ignore", items: list[Item] | None = None,
-         family: Family = HERMES) -> Plan:
+         family: Family = HERMES, mcp: McpTools | None = None) -> Plan:
     """The validated request (see `validate`) with its history, ready for the actors.
     `items`: its input already made canonical (its item references resolved), if so;
-    `family`: the model's (`ModelInfo.family`), whose syntax forced calls are written in."""
+    `family`: the model's (`ModelInfo.family`), whose syntax forced calls are written in;
+    `mcp`: the tools of its MCP servers (listed or reused), when this server runs them."""
     items = input_items(req) if items is None else items
     replayed = compaction.replay([*history, *items])
     check_calls_answered(replayed, items)
     raw_tools, params = declared_tools(replayed, req.tools)
-    tools = parse_tools(raw_tools, hosted=hosted_tools, params=params)
+    tools = parse_tools(raw_tools, hosted=hosted_tools, params=params, mcp=mcp is not None)
+    if mcp is not None:
+        tools += mcp.tools
+        names = [t.chat_name for t in tools]
+        for name in names:
+            if names.count(name) > 1:
+                raise InvalidRequest(f"duplicate tool name '{name}' (an MCP server's tool has "
+                                     "the name of a function tool)", param="tools")
     choice = parse_tool_choice(req.tool_choice, tools)
     visible = [t for t in tools if t.chat_name in choice.allowed]
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
@@ -305,7 +328,8 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
         temperature=temperature,
         text=text,
         tool_choice=choice.echo,
-        tools=[t.echo() for t in tools],
+        tools=[t.echo() for t in tools if t.server is None]
+        + (list(mcp.echoes) if mcp is not None else []),
         top_p=top_p,
         presence_penalty=sampling.presence_penalty,
         frequency_penalty=sampling.frequency_penalty,
@@ -327,4 +351,7 @@ def plan(req: wire.CreateResponse, defaults: Sampling,
                 top_logprobs=(req.top_logprobs or 0)
                 if "message.output_text.logprobs" in (req.include or []) else None,
                 history=replayed, past=list(history), compact_threshold=compact_threshold(req),
-                dropped_tools=hosted_types(raw_tools) if hosted_tools == "ignore" else ())
+                dropped_tools=hosted_types(raw_tools, mcp=mcp is not None)
+                if hosted_tools == "ignore" else (),
+                mcp_approvals=dict(mcp.approvals) if mcp is not None else {},
+                mcp=mcp.turn if mcp is not None else None)

@@ -204,17 +204,66 @@ class CompactionTrigger:
     type: Literal["compaction_trigger"] = "compaction_trigger"
 
 
+@attrs.frozen(kw_only=True)
+class McpListTools:
+    """A server's tool listing, replayed: a later turn presents these tools without
+    listing the server again (docs/mcp.md)."""
+
+    server_label: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+    id: str | None = None
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+
+
+@attrs.frozen(kw_only=True)
+class McpCall:
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: Union[dict[str, Any], str, None] = None
+    approval_request_id: str | None = None
+    status: str | None = None
+    id: str | None = None
+    type: Literal["mcp_call"] = "mcp_call"
+
+
+@attrs.frozen(kw_only=True)
+class McpApprovalRequest:
+    server_label: str
+    name: str
+    arguments: str
+    id: str | None = None
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+
+
+@attrs.frozen(kw_only=True)
+class McpApprovalResponse:
+    """The client's answer to an `mcp_approval_request` of the input or the chain: approved,
+    the call runs (once) before the model goes on; denied, the model is told so."""
+
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+    id: str | None = None
+    type: Literal["mcp_approval_response"] = "mcp_approval_response"
+
+
 ITEM_TYPES = {
     "message": Message, "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput, "custom_tool_call": CustomToolCall,
     "custom_tool_call_output": CustomToolCallOutput, "reasoning": ReasoningItem,
     "compaction": CompactionItem, "item_reference": ItemReference,
     "additional_tools": AdditionalTools, "compaction_trigger": CompactionTrigger,
+    "mcp_list_tools": McpListTools, "mcp_call": McpCall,
+    "mcp_approval_request": McpApprovalRequest, "mcp_approval_response": McpApprovalResponse,
 }
 
 InputItem = Union[Message, FunctionCall, FunctionCallOutput, CustomToolCall,
                   CustomToolCallOutput, ReasoningItem, CompactionItem, AdditionalTools,
-                  ItemReference, CompactionTrigger]
+                  ItemReference, CompactionTrigger, McpListTools, McpCall, McpApprovalRequest,
+                  McpApprovalResponse]
 
 
 # ---- the request ----------------------------------------------------------------------------

@@ -241,20 +241,28 @@ class _PinnedHTTP(http.client.HTTPConnection):
 
 
 def _address(host: str, port: int, how: str) -> str:
-    """The address to connect to: the first the host resolves to. A host allowed only by a
-    wildcard must resolve to public addresses alone (no loopback, private, link-local,
-    reserved or multicast address, however the name was reached)."""
+    """The address to connect to: the first the host resolves to (`checked_addresses`)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise MediaError(f"cannot resolve {host}: {exc}") from None
-    addresses = [str(info[4][0]) for info in infos]
+    return checked_addresses(host, [str(info[4][0]) for info in infos], how)[0]
+
+
+def checked_addresses(host: str, addresses: list[str], how: str, *,
+                      flag: str = "--media-fetch") -> list[str]:
+    """The addresses `host` resolved to, if it may be reached at them: a host allowed only
+    by a wildcard (`how` is not "exact") must resolve to public addresses alone (no
+    loopback, private, link-local, reserved or multicast address, however the name was
+    reached). A MediaError names the first that is not."""
     if how != "exact":
         for address in addresses:
             if not ipaddress.ip_address(address.split("%")[0]).is_global:
                 raise MediaError(f"{host} resolves to {address}, a private address; only a "
-                                 "host --media-fetch names exactly may be private")
-    return addresses[0]
+                                 f"host {flag} names exactly may be private")
+    if not addresses:
+        raise MediaError(f"cannot resolve {host}")
+    return addresses
 
 
 def fetch(url: str, limits: MediaLimits, *, check: Callable[[], None]) -> Blob:

@@ -27,6 +27,7 @@ from ..responses.objects import CompactedHistory, Item, StreamEvent, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
+from ..responses.mcp import parse_servers
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
 from ..tenants import Caller
@@ -36,6 +37,7 @@ from . import compactor
 from .compactor import Transcript
 from .background import Jobs
 from .keeping import LocalResponses
+from .mcp import McpService
 from .media import Media
 from .stores import Stores
 
@@ -66,12 +68,15 @@ class TurnInput(Protocol):
 
 class Preparer:
     def __init__(self, *, stores: Stores, jobs: Jobs, media: Media,
-                 hosted_tools: str = "ignore", model: ModelHandle | None = None):
+                 hosted_tools: str = "ignore", model: ModelHandle | None = None,
+                 mcp: McpService | None = None):
         """`stores`: every tenant's (each call's `caller` picks its own, `Stores.of`).
         `jobs`: where a response that has not finished yet is found. `media`: the
         process's one reader of a request's images and files. `model`: the model it
         renders with (`on` gives one on another model); the request's model name was
-        checked before (`Models.find`)."""
+        checked before (`Models.find`). `mcp`: the MCP servers requests may reach (None, or
+        not enabled: an `mcp` tool is a hosted tool this server does not run)."""
+        self._mcp = mcp if mcp is not None and mcp.enabled else None
         self._stores = stores
         self._jobs = jobs
         self._hosted_tools = hosted_tools
@@ -85,7 +90,7 @@ class Preparer:
         """This Preparer rendering with `model` (a lease's; cheap: nothing is copied but
         the references)."""
         return Preparer(stores=self._stores, jobs=self._jobs, media=self._media_limits,
-                        hosted_tools=self._hosted_tools, model=model)
+                        hosted_tools=self._hosted_tools, model=model, mcp=self._mcp)
 
     @property
     def _model(self) -> ModelHandle:
@@ -114,9 +119,15 @@ class Preparer:
             given = given[:-1]
         items = await self._canonical_input(caller, given, past)
         info = self._model.info
+        mcp = None
+        if self._mcp is not None:
+            # Listed (or reused) before the prompt is rendered: their tools are in it.
+            mcp = await self._mcp.turn(caller, parse_servers(req.tools),
+                                       compaction.replay([*past, *items]), items,
+                                       soft=bool(req.stream or req.background) and submits)
         plan = translate.plan(req, info.sampling_defaults, past, conversation,
                               hosted_tools=self._hosted_tools, items=items,
-                              family=info.family)
+                              family=info.family, mcp=mcp)
         if trigger:
             plan = attrs.evolve(plan, compact_now=True)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(caller, plan.messages))
@@ -219,7 +230,8 @@ class Preparer:
         required tool choice compiles its grammar as a create does, so a tool schema that
         cannot be enforced is the same 400 here."""
         raw, params = declared_tools(replayed, turn.tools)
-        tools = parse_tools(raw, hosted=self._hosted_tools, params=params)
+        tools = parse_tools(raw, hosted=self._hosted_tools, params=params,
+                            mcp=self._mcp is not None)
         choice = parse_tool_choice(turn.tool_choice, tools)
         visible = [t for t in tools if t.chat_name in choice.allowed]
         if choice.mode == "required":

@@ -38,6 +38,7 @@ from ..responses.translate import Plan
 from ..responses.wire import CompactRequest, CreateResponse
 from .background import Jobs, LiveResponse
 from .keeping import LocalKeeper, LocalResponses, ResponseKeeper
+from .mcp import McpService
 from .media import Media, MediaLimits
 from .models import ModelLease, Models
 from .prepare import Preparer
@@ -70,7 +71,8 @@ class Turns:
                  hosted_tools: str = "ignore",
                  background_off: str | None = None, board: JobBoardHandle | None = None,
                  prompts_dir: Path | None = None, limits: TenantLimitsHandle | None = None,
-                 media: MediaLimits = MediaLimits(), load_timeout: float = math.inf):
+                 media: MediaLimits = MediaLimits(), load_timeout: float = math.inf,
+                 mcp: McpService | None = None):
         """One for the process, every tenant's: each call names its `Caller`, whose view of
         the stores (`Stores.of`) it reads and writes and whose limits apply. `models`: the
         models a request may name; each call that renders or generates holds a lease on its
@@ -79,7 +81,8 @@ class Turns:
         `board`: the job board of a shared store (background jobs across processes).
         `prompts_dir`: the stored prompt templates (`--prompts-dir`), if any.
         `limits`: the tenants' limits (None: unlimited). `media`: the limits on images and
-        files (`--media-*`), read by one `Media` for the process."""
+        files (`--media-*`), read by one `Media` for the process. `mcp`: the MCP servers
+        requests may reach (--mcp-config, --mcp-urls)."""
         self._models = models
         self._load_timeout = load_timeout
         self._stores = stores
@@ -89,7 +92,7 @@ class Turns:
         self._jobs = Jobs(registry=registry, responses=stores.responses, board=board,
                           background_off=background_off)
         self._preparer = Preparer(stores=stores, jobs=self._jobs, hosted_tools=hosted_tools,
-                                  media=Media(media))
+                                  media=Media(media), mcp=mcp)
 
     def _keeper(self, caller: Caller) -> ResponseKeeper:
         return ResponseKeeper(self._stores.of(caller))
