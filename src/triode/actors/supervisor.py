@@ -8,7 +8,8 @@ append-only, so a late reader replays what exists and then follows live.
 from __future__ import annotations
 
 import logging
-from typing import AsyncIterator, Awaitable, Callable, Protocol
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import attrs
 
@@ -90,6 +91,8 @@ class Supervisor:
         self._reasoning_tokens = 0   # of the generations before the current one
         self._calls_made = 0         # tool calls the model made, of any kind
         self._mcp_calls = 0          # MCP calls run
+        # Its MCP calls as the live page shows them: [label.name, started, ended, status].
+        self.mcp_timeline: list[list[Any]] = []
         self.accepted_drafts = 0   # output tokens that were accepted speculative drafts
 
     def _take(self, ready: Prepared) -> None:
@@ -277,8 +280,15 @@ class Supervisor:
 
     async def _run(self, mcp: McpTurn, item: McpCallItem) -> None:
         """One MCP call, on the response's behalf (its cancellation cancels the call)."""
+        entry: list[Any] = [f"{item.server_label}.{item.name}", time.time(), None, "calling"]
+        self.mcp_timeline.append(entry)
         self._notify()
-        result, error = await mcp.runner.call(item.server_label, item.name, item.arguments)
+        try:
+            result, error = await mcp.runner.call(item.server_label, item.name,
+                                                  item.arguments)
+        finally:
+            entry[2], entry[3] = time.time(), "cancelled"
+        entry[3] = "failed" if error is not None else "completed"
         self.builder.mcp_call_end(item, result, error)
         self._mcp_calls += 1
         self._notify()
@@ -375,6 +385,9 @@ class ResponseSummary:
     timeline: tuple[tuple[Status, float], ...]
     ttft: float | None
     usage: Usage | None
+    # Its MCP calls: (label.name, started, ended or None, calling | completed | failed |
+    # cancelled), wall clock.
+    mcp_calls: tuple[tuple[str, float, float | None, str], ...] = ()
 
 
 class SupervisorHandle:
@@ -442,7 +455,9 @@ class SupervisorHandle:
             store=bool(obj.store), done=done, output_tokens=sup.output_tokens,
             timeline=timeline,
             ttft=None if first is None else first - timeline[0][1],
-            usage=obj.usage if done else None)
+            usage=obj.usage if done else None,
+            mcp_calls=tuple((name, started, ended, status)
+                            for name, started, ended, status in sup.mcp_timeline))
 
     def cancel(self) -> None:
         self._sup.cancel()

@@ -28,8 +28,8 @@ import attrs
 from ..actors.messages import HistogramStatistics
 from ..actors.model import Histogram
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
-from ..responses.objects import (StreamEvent, CompactedHistory, ResponseEvent, ResponseObject,
-                                Usage)
+from ..responses.objects import (CompactedHistory, McpCallItem, ResponseEvent, ResponseObject,
+                                StreamEvent, Usage)
 
 log = logging.getLogger("triode.access")
 
@@ -58,6 +58,7 @@ class AccessRecord:
     responses: int = 0            # a stream's terminal events (a WebSocket's line shows them)
     errors: int = 0               # a stream's error events (a WebSocket's line shows them)
     accepted_drafts: int | None = None   # a generated response's accepted draft tokens
+    mcp_calls: int = 0            # MCP calls its (terminal) responses ran
     disconnected: bool = False
     tenant: str | None = None     # the named tenant whose key authenticated it
 
@@ -89,6 +90,7 @@ class AccessRecord:
         self.record_response(obj.id)
         if isinstance(obj, CompactedHistory) or obj.status in TERMINAL_STATUSES:
             self.record_usage(obj.usage)
+            self._count_mcp(obj)
 
     def record_event(self, event: StreamEvent) -> None:
         """A stream event about to be sent: a terminal one ends a response (its tokens are
@@ -97,6 +99,10 @@ class AccessRecord:
             self.responses += 1
             if isinstance(event, ResponseEvent):
                 self.record_usage(event.response.usage)
+                self._count_mcp(event.response)
+
+    def _count_mcp(self, obj: ResponseObject | CompactedHistory) -> None:
+        self.mcp_calls += sum(1 for item in obj.output if isinstance(item, McpCallItem))
 
     def record_error(self) -> None:
         """An error frame about to be sent (a WebSocket's)."""
@@ -238,7 +244,8 @@ class AccessLog:
 
 def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
     """`client METHOD path status duration [websocket responses=N errors=N] [response=id]
-    [input_tokens=N cached_tokens=N output_tokens=N] [accepted_drafts=N]` (a WebSocket's
+    [input_tokens=N cached_tokens=N output_tokens=N] [accepted_drafts=N] [mcp_calls=N]`
+    (a WebSocket's
     tokens: the sum over
     its responses); the path as it came, still percent-encoded, so a line never holds a
     control character."""
@@ -262,4 +269,6 @@ def access_line(scope: Scope, record: AccessRecord, seconds: float) -> str:
                   f"output_tokens={record.usage.output_tokens}"]
     if record.accepted_drafts is not None:
         parts.append(f"accepted_drafts={record.accepted_drafts}")
+    if record.mcp_calls:
+        parts.append(f"mcp_calls={record.mcp_calls}")
     return " ".join(parts)

@@ -21,6 +21,7 @@ from quart import Response, current_app
 
 from ..storage.budget import BudgetStatistics
 from ..actors.messages import HistogramStatistics
+from ..actors.mcp import McpStatistics, ServerFigures
 from ..actors.models import ModelView
 from ..actors.registry import RegistryStatistics
 from ..model.speculative_stats import SpeculationStatistics
@@ -64,6 +65,7 @@ async def metrics() -> Response:
         *registry_metrics(f.registry),
         *store_metrics(f.stores),
         *http_metrics(access),
+        *(mcp_metrics(await h.mcp.statistics()) if h.mcp is not None else []),
         gauge("triode_tasks", "trio tasks the process runs", f.tasks),
     ]
     return Response(generate_latest(Families([*families, *PROCESS.collect()])),
@@ -102,6 +104,31 @@ def histogram_buckets(st: HistogramStatistics) -> list[tuple[str, float]]:
 
 def histogram(name: str, help_: str, st: HistogramStatistics) -> HistogramMetricFamily:
     return HistogramMetricFamily(name, help_, buckets=histogram_buckets(st), sum_value=st.sum)
+
+
+def mcp_metrics(st: McpStatistics) -> list[Metric]:
+    """The MCP servers' listings, calls, failures and call time, per server label."""
+    def per_label(family: GaugeMetricFamily | CounterMetricFamily,
+                  value: Callable[[ServerFigures], float]) -> Metric:
+        return labelled(family, (([f.label], value(f)) for f in st.servers))
+
+    return [
+        gauge("triode_mcp_connections", "MCP connections open (per tenant, server and "
+              "credentials)", st.connections),
+        per_label(CounterMetricFamily("triode_mcp_listings", "MCP tools/list requests",
+                                      labels=["server_label"]), lambda f: f.listings),
+        per_label(CounterMetricFamily("triode_mcp_listing_failures", "MCP listings that "
+                                      "failed", labels=["server_label"]),
+                  lambda f: f.listing_failures),
+        per_label(CounterMetricFamily("triode_mcp_calls", "MCP tool calls run",
+                                      labels=["server_label"]), lambda f: f.calls),
+        per_label(CounterMetricFamily("triode_mcp_call_failures", "MCP tool calls that "
+                                      "ended with an error", labels=["server_label"]),
+                  lambda f: f.failures),
+        per_label(CounterMetricFamily("triode_mcp_call_seconds", "seconds MCP tool calls "
+                                      "took, in all", labels=["server_label"]),
+                  lambda f: f.seconds),
+    ]
 
 
 def models_metrics(views: Iterable[ModelView]) -> list[Metric]:

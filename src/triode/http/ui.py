@@ -105,11 +105,17 @@ def connections_json(found: list[Connection]) -> list[dict[str, Any]]:
     return [attrs.asdict(c) for c in found]
 
 
+def mcp_calls_json(s: ResponseSummary) -> list[dict[str, Any]]:
+    """A response's MCP calls (tool, start, end, status): never their arguments or output."""
+    return [{"tool": tool, "started_at": started, "ended_at": ended, "status": status}
+            for tool, started, ended, status in s.mcp_calls]
+
+
 def live_entry(s: ResponseSummary, worker: str, open_: list[Connection]) -> dict[str, Any]:
     return {"id": s.response_id, "status": s.status, "background": s.background,
             "store": s.store, "worker": worker, "here": True, "tokens": s.output_tokens,
             "timeline": [list(t) for t in s.timeline],
-            "connections": connections_json(open_)}
+            "connections": connections_json(open_), "mcp_calls": mcp_calls_json(s)}
 
 
 def recent_entry(s: ResponseSummary, worker: str) -> dict[str, Any]:
@@ -118,7 +124,8 @@ def recent_entry(s: ResponseSummary, worker: str) -> dict[str, Any]:
         "store": s.store, "worker": worker, "ttft": s.ttft,
         "ended_at": s.timeline[-1][1], "started_at": s.timeline[0][1],
         # A background job is stored even with store: false (for its ephemeral TTL).
-        "stored": s.store or s.background, "usage": None, "cached_share": None}
+        "stored": s.store or s.background, "usage": None, "cached_share": None,
+        "mcp_calls": mcp_calls_json(s)}
     if s.usage is not None:
         used = s.usage
         entry["usage"] = {"input_tokens": used.input_tokens,
@@ -153,7 +160,8 @@ class RemoteJobs:
                 pass   # the store figures say it is down; the last jobs read stay shown
         return [{"id": unscoped(key)[1], "status": job.status, "background": job.background,
                  "store": job.store, "worker": short_worker(owner), "here": False,
-                 "tokens": job.deltas, "timeline": job.timeline, "connections": []}
+                 "tokens": job.deltas, "timeline": job.timeline, "connections": [],
+                 "mcp_calls": []}
                 for key, (owner, job) in self._jobs.items()
                 if key not in local and visible_to(self._who, key)]
 

@@ -399,7 +399,7 @@ function liveRow(r) {
   const row = el("tr", { "data-id": r.id },
     el("td", { class: "id", title: r.id, text: r.id }), td("status"), td("mode"), td("worker", "", "worker"),
     td("tokens", "num", "tokens"), td("queued", "num", "queued"), td("running", "num", "running"),
-    td("total", "num", "total"), td("client", "", "client"), td("act"));
+    td("total", "num", "total"), td("mcp", "mcp", "MCP calls"), td("client", "", "client"), td("act"));
   const button = el("button", { type: "button", class: "cancel", text: "Cancel", "aria-label": "Cancel " + r.id });
   button.addEventListener("click", () => cancel(r.id, button));
   cells.act.append(button);
@@ -455,7 +455,19 @@ function tickLive() {
     entry.cells.queued.textContent = fmtSecs(t.queued);
     entry.cells.running.textContent = fmtSecs(t.in_progress);
     entry.cells.total.textContent = fmtSecs(t.total);
+    entry.cells.mcp.textContent = mcpCalls(entry.data.mcp_calls, now);
   }
+}
+
+// A response's MCP calls, in order: "label.tool 0.4s" once done ("✗" when it failed),
+// "label.tool running 1.2s" while it runs.
+function mcpCalls(calls, now) {
+  if (!calls || !calls.length) return "–";
+  return calls.map((c) => {
+    if (c.ended_at === null) return c.tool + " running " + fmtSecs(now - c.started_at);
+    const mark = c.status === "completed" ? "" : " ✗ " + c.status;
+    return c.tool + " " + fmtSecs(c.ended_at - c.started_at) + mark;
+  }).join(", ");
 }
 
 async function cancel(id, button) {
@@ -500,6 +512,7 @@ function recentRow(r) {
     el("td", { class: "num", "data-label": "output", text: u ? fmtInt(u.output_tokens) : "–" }),
     el("td", { class: "num", "data-label": "TTFT", text: fmtSecs(r.ttft) }),
     el("td", { class: "num", "data-label": "ended", text: fmtClock(r.ended_at) }),
+    el("td", { class: "mcp", "data-label": "MCP calls", text: mcpCalls(r.mcp_calls, 0) }),
     stored);
 }
 
