@@ -160,3 +160,21 @@ def test_keep_alive_reads_seconds_and_durations(value, seconds):
 def test_a_keep_alive_it_cannot_read_is_refused_naming_the_flag(value):
     with pytest.raises(SettingsError, match="--keep-alive"):
         resolve({"keep_alive": value}, {})
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("mcp_timeout", 0.0, "--mcp-timeout must be more than 0"),
+    ("mcp_timeout", float("nan"), "--mcp-timeout must be more than 0"),
+    ("mcp_max_calls", 0, "--mcp-max-calls must be at least 1"),
+    ("mcp_max_output_bytes", 0, "--mcp-max-output-bytes must be at least 1"),
+    ("mcp_idle", -1.0, "--mcp-idle must be 0 or more"),
+])
+def test_mcp_limits_below_their_floor_are_refused(field, value, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve({field: value}, {})
+
+
+@pytest.mark.parametrize("field,value", [("mcp_timeout", 0.001), ("mcp_max_calls", 1),
+                                         ("mcp_max_output_bytes", 1), ("mcp_idle", 0.0)])
+def test_mcp_limits_at_their_floor_are_accepted(field, value):
+    assert getattr(resolve({field: value}, {}), field) == value

@@ -112,7 +112,8 @@ def test_forced_call_runs_and_the_model_goes_on(env, calc):
     assert types_of(r)[:2] == ["mcp_list_tools", "mcp_call"]
     listing = r.output[0]
     assert listing.server_label == "calc" and listing.error is None
-    assert {t.name for t in listing.tools} == {"add", "echo", "fail", "slow", "secret"}
+    assert {t.name for t in listing.tools} == {"add", "echo", "pick", "fail", "slow",
+                                                "secret"}
     add = next(t for t in listing.tools if t.name == "add")
     assert add.input_schema["required"] == ["a", "b"] and add.annotations == {"readOnlyHint": True}
     call = r.output[1]
@@ -142,7 +143,7 @@ def test_stream_events_follow_openais_order(env, calc):
     assert names[start:start + 4] == [
         "response.output_item.added", "response.mcp_list_tools.in_progress",
         "response.mcp_list_tools.completed", "response.output_item.done"]
-    assert events[start].item.tools == [] and len(events[start + 3].item.tools) == 5
+    assert events[start].item.tools == [] and len(events[start + 3].item.tools) == 6
     call = start + 4
     assert events[call].type == "response.output_item.added"
     assert events[call].item.type == "mcp_call" and events[call].item.arguments == ""
@@ -267,7 +268,7 @@ def test_require_approval_filters_and_allowed_tools(env, calc):
     chosen = client.responses.create(model=MODEL, input="Use a tool.", tools=[narrowed],
                                      tool_choice=forced(), max_output_tokens=60)
     assert only(chosen, "mcp_call").name == "echo"
-    assert len(chosen.output[0].tools) == 5
+    assert len(chosen.output[0].tools) == 6
     with pytest.raises(openai.BadRequestError) as hidden:
         client.responses.create(model=MODEL, input="Add.", tools=[narrowed],
                                 tool_choice=forced("add"))
@@ -582,3 +583,56 @@ def test_off_by_default_an_mcp_tool_is_dropped(server, client, calc):
         "tools": [{"type": "mcp", "server_label": "calc", "server_url": calc.url}]})
     assert raw.status_code == 200 and raw.headers["x-triode-dropped-tools"] == "mcp"
     assert calc.stats()["lists"] == before
+
+
+def test_a_chain_on_redis_reuses_its_listing_and_a_background_job_runs(calc, redis_prefix):
+    """On a Redis store: the chain's listing is read back from Redis (one tools/list for
+    two responses), and a background job runs its call."""
+    from ..conftest import REDIS_URL
+
+    with run_server("--mcp-urls", "127.0.0.1", "--store", REDIS_URL,
+                    "--store-prefix", redis_prefix) as server:
+        client = server.client()
+        before = calc.stats()["lists"]
+        first = client.responses.create(model=MODEL, input="Add.", tools=[tool(calc, **NEVER)],
+                                        tool_choice=forced("add"), max_output_tokens=60)
+        job = client.responses.create(model=MODEL, input="Again.", background=True,
+                                      previous_response_id=first.id,
+                                      tools=[tool(calc, **NEVER)], tool_choice=forced("echo"),
+                                      max_output_tokens=60)
+        final = wait_until(lambda: (r := client.responses.retrieve(job.id)).status in
+                           ("completed", "failed", "incomplete") and r, timeout=60)
+        assert final.status == "completed"
+        assert only(final, "mcp_call").status == "completed"
+        assert "mcp_list_tools" not in types_of(final)
+        assert calc.stats()["lists"] == before + 1
+
+
+def test_a_fixture_family_runs_a_forced_call(calc, tmp_path_factory):
+    """Llama 3's format (random weights of the real architecture): the forced call is
+    parsed from the family's own syntax and runs on the server (`pick`: its enum argument
+    ends the call; random weights would write digits forever)."""
+    from ..fixtures.families import FAMILIES, build
+
+    directory = build(FAMILIES["llama3"], tmp_path_factory.mktemp("llama3"))
+    with run_server("--model", str(directory), "--mcp-urls", "127.0.0.1") as server:
+        r = server.client().responses.create(
+            model=str(directory), input="Add.", tools=[tool(calc, **NEVER)],
+            tool_choice=forced("pick"), temperature=0, max_output_tokens=120)
+    call = only(r, "mcp_call")
+    color = json.loads(call.arguments)["color"]
+    assert call.status == "completed" and call.output == f"picked {color}"
+
+
+def test_a_config_file_that_cannot_be_used_stops_the_start(tmp_path):
+    """A bad --mcp-config is one line naming the file and the key."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"x": {"command": "a", "url": "http://h"}}}))
+    done = subprocess.run([sys.executable, "-m", "triode", "serve", "--port", "0",
+                           "--mcp-config", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"--mcp-config {path}: mcpServers.x" in done.stderr

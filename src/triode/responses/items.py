@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Collection, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidRequest
 from ..model.decoding import is_data_url
@@ -246,18 +246,19 @@ def _arguments(raw: str) -> Any:
 
 
 def chat_messages(instructions: str | None, items: Sequence[Item],
-                  rendered_calls: Collection[str] = ()) -> list[dict[str, Any]]:
+                  rendered_calls: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Canonical items (history first, then this turn's input) → chat-template messages.
     `additional_tools` and `mcp_list_tools` items render nothing here: their tools go to the
     template's tools. An MCP approval request renders as the model's call; the call that ran
     once it was approved, as that call's result. `rendered_calls`: approval requests the
-    messages these follow already show (a response's output rendered after its prompt)."""
+    messages these follow already show, by id with their tool's name (a response's output
+    rendered after its prompt)."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
     reasoning: str | None = None      # a reasoning item waits for the assistant turn it precedes
-    names: dict[str, str] = {}        # call_id → the name its output answers
-    approvals = set(rendered_calls)   # MCP approval requests rendered as calls
+    names = dict(rendered_calls or {})   # call_id → the name its output answers
+    approvals = set(names)            # MCP approval requests rendered as calls
 
     def assistant_turn(*, merge: bool) -> dict[str, Any]:
         """Tool calls join the assistant turn just before them; text starts a new one."""

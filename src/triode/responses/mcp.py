@@ -232,7 +232,8 @@ class McpTurn:
     listings: list[McpListToolsItem] = attrs.Factory(list)
     failure: str | None = None
     approved: list[McpApprovalRequestItem] = attrs.Factory(list)
-    rendered_calls: frozenset[str] = frozenset()   # approval requests the prompt shows
+    # The approval requests the prompt shows as calls: id → the tool's chat name.
+    rendered_calls: dict[str, str] = attrs.Factory(dict)
 
 
 @attrs.frozen

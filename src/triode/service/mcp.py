@@ -265,7 +265,8 @@ class McpService:
                                     if t["name"] == tool.name), None)
                 approvals[tool.chat_name] = server.needs_approval(tool.name, annotations)
         approved = _approved(history, given, {s.label for s in servers})
-        rendered = frozenset(i.id for i in history if isinstance(i, McpApprovalRequestItem))
+        rendered = {i.id: f"{i.server_label}.{i.name}" for i in history
+                    if isinstance(i, McpApprovalRequestItem)}
         runner = Runner(self, caller, targets)
         turn = McpTurn(runner, fetched, failure, approved, rendered)
         return McpTools(tools, [s.echoed for s in servers], approvals, turn)
