@@ -576,13 +576,20 @@ def test_mcp_flags_without_the_sdk_name_the_extra(tmp_path):
 
 def test_off_by_default_an_mcp_tool_is_dropped(server, client, calc):
     """Without --mcp-config or --mcp-urls, an mcp tool is a hosted tool: dropped (and named
-    in X-Triode-Dropped-Tools); the server is never reached."""
+    in X-Triode-Dropped-Tools); the server is never reached; an approval is a 400."""
     before = calc.stats()["lists"]
     raw = httpx.post(f"{server.base_url}/v1/responses", timeout=60, json={
         "model": MODEL, "input": "Reply with: ok", "max_output_tokens": 10,
         "tools": [{"type": "mcp", "server_label": "calc", "server_url": calc.url}]})
     assert raw.status_code == 200 and raw.headers["x-triode-dropped-tools"] == "mcp"
     assert calc.stats()["lists"] == before
+    with pytest.raises(openai.BadRequestError) as exc:   # nothing here could act on it
+        client.responses.create(model=MODEL, input=[
+            {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc",
+             "name": "add", "arguments": "{}"},
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
+             "approve": True}])
+    assert exc.value.body["param"] == "input[1]"
 
 
 def test_a_chain_on_redis_reuses_its_listing_and_a_background_job_runs(calc, redis_prefix):

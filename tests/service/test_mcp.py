@@ -105,14 +105,16 @@ def test_approvals_resolve_against_the_history():
     request = McpApprovalRequestItem(id="r1", server_label="s", name="t", arguments="{}")
     yes = McpApprovalResponseItem(id="a1", approval_request_id="r1", approve=True)
     no = McpApprovalResponseItem(id="a2", approval_request_id="r1", approve=False)
-    assert _approved([request, yes], [yes], {"s"}) == [request]
-    assert _approved([request, yes, yes], [yes, yes], {"s"}) == [request]   # once
-    assert _approved([request, no], [no], {"s"}) == []
+    offered = {("s", "t")}
+    assert _approved([request, yes], [yes], offered) == [request]
+    assert _approved([request, yes, yes], [yes, yes], offered) == [request]   # once
+    assert _approved([request, no], [no], offered) == []
     ran = McpCallItem(id="c", server_label="s", name="t", approval_request_id="r1")
-    assert _approved([request, ran, yes], [yes], {"s"}) == []
+    assert _approved([request, ran, yes], [yes], offered) == []
     with pytest.raises(InvalidRequest) as unknown:
-        _approved([yes], [yes], {"s"})
+        _approved([yes], [yes], offered)
     assert unknown.value.param == "input[0].approval_request_id"
-    with pytest.raises(InvalidRequest) as untooled:
-        _approved([request, yes], [yes], set())
-    assert untooled.value.param == "input[0]"
+    for other in (set(), {("s", "u")}, {("x", "t")}):   # not sent again, or not allowed
+        with pytest.raises(InvalidRequest) as untooled:
+            _approved([request, yes], [yes], other)
+        assert untooled.value.param == "input[0]"

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 
 from ..errors import InvalidRequest
-from .objects import Item, McpApprovalRequestItem, McpListToolsItem
+from .objects import (Item, McpApprovalRequestItem, McpApprovalResponseItem,
+                      McpListToolsItem)
 from .tools import Tool
 
 LABEL = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -180,6 +181,16 @@ def parse_servers(raw: list[dict[str, Any]] | None) -> list[McpServer]:
                                      param=f"tools[{i}].server_label")
             servers.append(server)
     return servers
+
+
+def refuse_approvals(given: Sequence[Item]) -> None:
+    """On a server that runs no MCP tools, an approval cannot be acted on: a 400 naming
+    the first `mcp_approval_response` of the input."""
+    for i, item in enumerate(given):
+        if isinstance(item, McpApprovalResponseItem):
+            raise InvalidRequest("this server runs no MCP tools (--mcp-config, --mcp-urls): "
+                                 "an mcp_approval_response cannot be acted on",
+                                 param=f"input[{i}]")
 
 
 def listings(history: Sequence[Item]) -> dict[str, McpListToolsItem]:

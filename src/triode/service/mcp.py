@@ -249,6 +249,7 @@ class McpService:
         fetched: list[McpListToolsItem] = []
         failure = None
         tools, approvals = [], {}
+        shown: set[tuple[str, str]] = set()
         for server in servers:
             listing = reused.get(server.label)
             if listing is None:
@@ -261,10 +262,11 @@ class McpService:
                     break
             for tool in rules.tools_of(server, listing):
                 tools.append(tool)
+                shown.add((server.label, tool.name))
                 annotations = next((t.get("annotations") for t in listing.tools
                                     if t["name"] == tool.name), None)
                 approvals[tool.chat_name] = server.needs_approval(tool.name, annotations)
-        approved = _approved(history, given, {s.label for s in servers})
+        approved = _approved(history, given, shown) if failure is None else []
         rendered = {i.id: f"{i.server_label}.{i.name}" for i in history
                     if isinstance(i, McpApprovalRequestItem)}
         runner = Runner(self, caller, targets)
@@ -374,11 +376,12 @@ class Runner:
         return await self.service.call(self.caller, self.targets[label], name, arguments)
 
 
-def _approved(history: Sequence[Item], given: Sequence[Item], labels: set[str]
+def _approved(history: Sequence[Item], given: Sequence[Item], shown: set[tuple[str, str]]
               ) -> list[McpApprovalRequestItem]:
     """The approval requests the input approves that have not run yet (each once). An
-    approval of an unknown request, or of a server the request does not name again, is a
-    400 naming its input item."""
+    approval of an unknown request is a 400 naming its input item; so is one of a tool this
+    request does not offer (its server not sent again, or the tool not in its
+    `allowed_tools`): `shown` holds the (label, tool) pairs it offers."""
     requests = {i.id: i for i in history if isinstance(i, McpApprovalRequestItem)}
     ran = {i.approval_request_id for i in history if isinstance(i, McpCallItem)}
     approved: dict[str, McpApprovalRequestItem] = {}
@@ -392,10 +395,10 @@ def _approved(history: Sequence[Item], given: Sequence[Item], labels: set[str]
                                  param=f"input[{i}].approval_request_id")
         if not item.approve or request.id in ran:
             continue
-        if request.server_label not in labels:
-            raise InvalidRequest(f"the approved call runs on the MCP server "
-                                 f"'{request.server_label}': send its mcp tool again in tools",
-                                 param=f"input[{i}]")
+        if (request.server_label, request.name) not in shown:
+            raise InvalidRequest(f"the approved call is '{request.name}' of the MCP server "
+                                 f"'{request.server_label}': send its mcp tool again in tools, "
+                                 "with the tool allowed", param=f"input[{i}]")
         approved.setdefault(request.id, request)
     return list(approved.values())
 

@@ -27,7 +27,7 @@ from ..responses.objects import CompactedHistory, Item, StreamEvent, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
-from ..responses.mcp import parse_servers
+from ..responses.mcp import parse_servers, refuse_approvals
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
 from ..tenants import Caller
@@ -120,7 +120,9 @@ class Preparer:
         items = await self._canonical_input(caller, given, past)
         info = self._model.info
         mcp = None
-        if self._mcp is not None:
+        if self._mcp is None:
+            refuse_approvals(items)
+        else:
             # Listed (or reused) before the prompt is rendered: their tools are in it.
             mcp = await self._mcp.turn(caller, parse_servers(req.tools),
                                        compaction.replay([*past, *items]), items,
