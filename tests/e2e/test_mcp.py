@@ -643,3 +643,17 @@ def test_a_config_file_that_cannot_be_used_stops_the_start(tmp_path):
                           timeout=60)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"--mcp-config {path}: mcpServers.x" in done.stderr
+
+
+def test_an_sse_server_by_url(env):
+    """A server on the older SSE transport (a URL whose path ends in /sse) is listed and
+    called as a streamable-HTTP one is."""
+    _, client, _, _ = env
+    with mcp_http_server("sse") as sse:
+        declared = {"type": "mcp", "server_label": "old", "server_url": sse.url, **NEVER}
+        r = client.responses.create(model=MODEL, input="Add.", tools=[declared],
+                                    tool_choice=forced("add", "old"), max_output_tokens=60)
+        call = only(r, "mcp_call")
+        args = json.loads(call.arguments)
+        assert call.status == "completed" and call.output == str(args["a"] + args["b"])
+        assert sse.stats()["lists"] == 1 and sse.stats()["calls"] == {"add": 1}

@@ -15,6 +15,7 @@ its runner only: never stored, logged, echoed or shown.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -425,7 +426,6 @@ def _transport(exc: BaseException) -> dict[str, Any]:
 
 
 def _basic(user: str, password: str) -> str:
-    import base64
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
