@@ -545,11 +545,17 @@ def test_the_agents_sdk_hosted_mcp_tool_with_an_approval_callback(env, calc):
     assert calc.stats()["calls"].get("add", 0) == before + 1
 
 
-def test_shutdown_ends_stdio_servers(calc, tmp_path):
-    """A server's stdio children end with it."""
+def test_shutdown_ends_stdio_servers_and_a_wildcard_reaches_no_private_address(
+        calc, tmp_path):
+    """A server's stdio children end with it. Under `--mcp-urls '*'` a loopback URL is a
+    400 naming it: a wildcard reaches public addresses only."""
     log = tmp_path / "stdio.log"
     config = stdio_config(tmp_path / "mcp.json", log)
-    with run_server("--mcp-config", str(config)) as server:
+    with run_server("--mcp-config", str(config), "--mcp-urls", "*") as server:
+        with pytest.raises(openai.BadRequestError) as exc:
+            server.client().responses.create(model=MODEL, input="hi", tools=[tool(calc)])
+        assert exc.value.body["param"] == "tools[0].server_url"
+        assert "private address" in exc.value.body["message"]
         r = server.client().responses.create(
             model=MODEL, input="Add.", tools=[{"type": "mcp", "server_label": "local", **NEVER}],
             tool_choice=forced("add", "local"), max_output_tokens=40)
@@ -657,3 +663,24 @@ def test_an_sse_server_by_url(env):
         args = json.loads(call.arguments)
         assert call.status == "completed" and call.output == str(args["a"] + args["b"])
         assert sse.stats()["lists"] == 1 and sse.stats()["calls"] == {"add": 1}
+
+
+def test_the_live_page_draws_a_call_while_it_runs_and_after(env, calc):
+    """In a browser: a running call shows in its response's live row with its time so
+    far; once the response ends, its recent row shows the call, timed, and how it ended."""
+    from .browser import browser, page_on
+
+    server, client, _, _ = env
+    with browser() as context, page_on(context, server.base_url + "/ui", key=KEY) as (
+            page, errors):
+        page.wait_for_selector("#conn[data-state=live]")
+        job = client.responses.create(model=MODEL, input="Wait.", background=True,
+                                      tools=[tool(calc, **NEVER)], tool_choice=forced("slow"),
+                                      max_output_tokens=40)
+        page.wait_for_selector(f"#live tr[data-id='{job.id}'] td.mcp:has-text('calc.slow "
+                               "running')", timeout=20_000)
+        cell = page.locator(f"#recent tr[data-id='{job.id}'] td.mcp")
+        cell.wait_for(timeout=30_000)
+        text = cell.inner_text()
+        assert text.startswith("calc.slow ") and text.endswith("✗ failed"), text
+        assert errors == []
