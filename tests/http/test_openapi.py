@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from triode.responses.chat import ChatRequest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -231,7 +233,7 @@ def test_the_schema_and_the_converter_agree_on_random_bodies(replaced):
 BODIES = {"CreateResponse": wire.CreateResponse, "CompactRequest": wire.CompactRequest,
           "InputTokensRequestWithModelDefaulted": wire.InputTokensRequest,
           "NewConversation": NewConversation, "ConversationUpdate": ConversationUpdate,
-          "NewItems": NewItems}
+          "NewItems": NewItems, "ChatRequest": ChatRequest}
 
 
 @pytest.mark.parametrize("path,method", [

@@ -24,6 +24,7 @@ from ..errors import APIError, InvalidRequest, ServerError, SettingsError, Unaut
 from ..settings import resolve
 from ..system import Handles, start_actors, startup_error
 from ..tenants import Caller
+from . import chat  # noqa: F401  (mounts /chat/completions on the blueprint)
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import models  # noqa: F401  (mounts /models on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
