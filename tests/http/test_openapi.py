@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from triode.responses.anthropic import MessagesRequest
 from triode.responses.chat import ChatRequest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -233,7 +234,8 @@ def test_the_schema_and_the_converter_agree_on_random_bodies(replaced):
 BODIES = {"CreateResponse": wire.CreateResponse, "CompactRequest": wire.CompactRequest,
           "InputTokensRequestWithModelDefaulted": wire.InputTokensRequest,
           "NewConversation": NewConversation, "ConversationUpdate": ConversationUpdate,
-          "NewItems": NewItems, "ChatRequest": ChatRequest}
+          "NewItems": NewItems, "ChatRequest": ChatRequest,
+          "MessagesRequest": MessagesRequest}
 
 
 @pytest.mark.parametrize("path,method", [

@@ -94,6 +94,7 @@ class Supervisor:
         # Its MCP calls as the live page shows them: [label.name, started, ended, status].
         self.mcp_timeline: list[list[Any]] = []
         self.accepted_drafts = 0   # output tokens that were accepted speculative drafts
+        self.stop_sequence: str | None = None   # the stop sequence that ended it, if one did
 
     def _take(self, ready: Prepared) -> None:
         self._ready = ready
@@ -262,6 +263,8 @@ class Supervisor:
                 self.accepted_drafts += out.drafted
                 self._cached_tokens += out.cached_tokens
                 text, stopped = self._stops.feed(out.text)
+                if stopped:
+                    self.stop_sequence = self._stops.matched
                 output.feed(text, out.logprobs)
                 if out.error is not None:
                     raise APIError(f"constrained decoding failed: {out.error}")
@@ -419,6 +422,12 @@ class SupervisorHandle:
     def accepted_drafts(self) -> int:
         """Its output tokens that were accepted speculative drafts, so far."""
         return self._sup.accepted_drafts
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop sequence that ended its output, if one did (Anthropic's Messages API
+        reports it)."""
+        return self._sup.stop_sequence
 
     @property
     def snapshot(self) -> ResponseObject:

@@ -25,6 +25,7 @@ from ..settings import resolve
 from ..system import Handles, start_actors, startup_error
 from ..tenants import Caller
 from . import chat  # noqa: F401  (mounts /chat/completions on the blueprint)
+from .anthropic import anthropic_error, is_anthropic   # (mounts /messages on the blueprint)
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import models  # noqa: F401  (mounts /models on the blueprint)
 from . import monitoring  # noqa: F401  (mounts /health and /metrics on the blueprint)
@@ -100,8 +101,13 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
 
     @app.before_request
     async def authenticate() -> None:
+        """The key as `Authorization: Bearer KEY`, or as `x-api-key: KEY` (what Anthropic's
+        clients send)."""
         if request.path not in OPEN_PATHS:
-            await authenticate_as(request.scope, request.headers.get("Authorization", ""))
+            authorization = request.headers.get("Authorization", "")
+            if not authorization and "x-api-key" in request.headers:
+                authorization = f"Bearer {request.headers['x-api-key']}"
+            await authenticate_as(request.scope, authorization)
 
     @app.before_websocket
     async def authenticate_websocket() -> None:
@@ -117,11 +123,17 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
         response.headers.update(g.get("ratelimit_headers", {}))
         return response
 
+    def render(err: APIError, status: int) -> Response:
+        """OpenAI's error object, or Anthropic's on Anthropic's routes."""
+        if is_anthropic(request.path):
+            return anthropic_error(status, err.message, err.headers())
+        response = json_response(err.body(), status)
+        response.headers.update(err.headers())
+        return response
+
     @app.errorhandler(APIError)
     async def api_error(exc: APIError) -> Response:
-        response = json_response(exc.body(), exc.status)
-        response.headers.update(exc.headers())
-        return response
+        return render(exc, exc.status)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -130,12 +142,12 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
             exc.description or exc.name)
         if status == 404:
             err.code = "not_found"
-        return json_response(err.body(), status)
+        return render(err, status)
 
     @app.errorhandler(Exception)
     async def unexpected(exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.path)
         err = ServerError(f"The server had an error processing your request ({type(exc).__name__}).")
-        return json_response(err.body(), 500)
+        return render(err, 500)
 
     return app

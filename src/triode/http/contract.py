@@ -44,6 +44,7 @@ class Operation:
     stream: bool = False
     media_type: str = "application/json"
     public: bool = False        # answered without the API key (app.OPEN_PATHS)
+    error_body: Any = None      # its errors' body type (None: OpenAI's error object)
 
 
 OPERATIONS: dict[View, Operation] = {}

@@ -209,10 +209,11 @@ def _responses(rule: Rule, operation: Operation, schemas: Schemas) -> JSON:
         errors |= {400, 413, 415}
     if not operation.public:
         errors.add(401)
+    error = schemas.ref(ErrorBody.__name__) if operation.error_body is None \
+        else schemas.of(operation.error_body)
     for status in sorted(errors - set(operation.answers)):
         responses[str(status)] = {"description": ERROR_STATUSES[status],
-                                  "content": {"application/json": {
-                                      "schema": schemas.ref(ErrorBody.__name__)}}}
+                                  "content": {"application/json": {"schema": error}}}
     return responses
 
 

@@ -177,15 +177,17 @@ class StopMatcher:
         self._stops = stops
         self._hold = max((len(s) for s in stops), default=1) - 1
         self._buffer = ""
+        self.matched: str | None = None   # the stop sequence that ended the output
 
     def feed(self, text: str) -> tuple[str, bool]:
         """(text that is safe to emit, whether a stop sequence was reached)."""
         if not self._stops:
             return text, False   # the per-token path of every request without stops
         self._buffer += text
-        hits = [i for i in (self._buffer.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, s) for s in self._stops if (i := self._buffer.find(s)) >= 0]
         if hits:
-            out, self._buffer = self._buffer[:min(hits)], ""
+            at, self.matched = min(hits)
+            out, self._buffer = self._buffer[:at], ""
             return out, True
         cut = max(0, len(self._buffer) - self._hold)
         out, self._buffer = self._buffer[:cut], self._buffer[cut:]

@@ -1,0 +1,126 @@
+"""`POST /v1/messages` and `/v1/messages/count_tokens`: Anthropic's Messages API, translated
+at the edge onto the turn service (responses/anthropic.py), on the same model actor, prompt
+cache, tenants and limits as `/v1/responses`. Errors take Anthropic's shape; `x-api-key`
+authenticates as `Authorization: Bearer` does (app.py); `anthropic-version` is accepted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, TypedDict
+
+from quart import Response, request
+
+from ..errors import APIError
+from ..responses.anthropic import EventWriter, MessagesRequest, error_body, message, to_create
+from ..responses.objects import ResponseObject
+from . import sse
+from .access import access_record
+from .body import json_body, json_response
+from .caller import caller
+from .contract import Operation, documented
+from .routes import DROPPED_TOOLS_HEADER, handles, route, sse_response, told
+
+PATHS = ("/v1/messages", "/messages")
+
+
+class TokenCount(TypedDict):
+    input_tokens: int
+
+
+class AnthropicErrorDetail(TypedDict):
+    type: str
+    message: str
+
+
+class AnthropicError(TypedDict):
+    """An error as Anthropic's API answers one."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+def is_anthropic(path: str) -> bool:
+    """Whether a path is one of Anthropic's routes (its errors take Anthropic's shape)."""
+    return any(path == p or path.startswith(p + "/") for p in PATHS)
+
+
+def anthropic_error(status: int, message_: str, headers: dict[str, str] | None = None
+                    ) -> Response:
+    response = json_response(error_body(status, message_), status)
+    response.headers.update(headers or {})
+    return response
+
+
+def anthropic_errors(view: Callable[[], Awaitable[Response]]
+                     ) -> Callable[[], Awaitable[Response]]:
+    """The view, with an APIError answered in Anthropic's shape."""
+    async def wrapped() -> Response:
+        try:
+            return await view()
+        except APIError as exc:
+            where = f"{exc.param}: " if exc.param and not exc.message.startswith(exc.param) \
+                else ""
+            return anthropic_error(exc.status, where + exc.message, exc.headers())
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return wrapped
+
+
+@route("/messages", methods=["POST"])
+@documented(Operation("Create a message (Anthropic's Messages API)", dict[str, Any],
+                      body=MessagesRequest, stream=True, errors=(429, 503),
+                      error_body=AnthropicError))
+@anthropic_errors
+async def create_message() -> Response:
+    translated = to_create(await json_body())
+    h, who = handles(), caller()
+    started = await h.turns.create(who, translated.create)
+    handle = started.handle
+    record = access_record(request.scope)
+    record.record_response(handle.response_id)
+    dropped = ",".join((*started.dropped_tools, *translated.dropped_tools))
+    if not started.stream:
+        try:
+            obj: ResponseObject = await handle.wait()
+        finally:
+            await h.turns.abandon(who, handle)
+        record.record_drafts(handle.accepted_drafts)
+        told(obj)
+        if obj.status == "failed":
+            raise APIError(obj.error.message if obj.error else "the response failed")
+        response = json_response(message(obj, handle.stop_sequence))
+        if dropped:
+            response.headers[DROPPED_TOOLS_HEADER] = dropped
+        return response
+    writer = EventWriter()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            async for batch in sse.coalesced(handle):
+                record.record_event(batch[-1])
+                out = b"".join(
+                    f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+                    for event in batch for name, data in writer.feed(event,
+                                                                     handle.stop_sequence))
+                if out:
+                    yield out
+            record.record_drafts(handle.accepted_drafts)
+        finally:
+            await h.turns.abandon(who, handle)
+
+    response = await sse_response(frames())
+    if dropped:
+        response.headers[DROPPED_TOOLS_HEADER] = dropped
+    return response
+
+
+@route("/messages/count_tokens", methods=["POST"])
+@documented(Operation("Count a message's input tokens (Anthropic's Messages API)",
+                      TokenCount, body=MessagesRequest, errors=(503,),
+                      error_body=AnthropicError))
+@anthropic_errors
+async def count_message_tokens() -> Response:
+    translated = to_create(await json_body(), counting=True)
+    count = await handles().turns.count_input_tokens(caller(), translated.create)
+    tokens: TokenCount = {"input_tokens": count}
+    return json_response(tokens)
