@@ -11,6 +11,7 @@ import pytest
 
 from triode.responses.anthropic import MessagesRequest
 from triode.responses.chat import ChatRequest
+from triode.responses.completions import CompletionRequest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -235,7 +236,7 @@ BODIES = {"CreateResponse": wire.CreateResponse, "CompactRequest": wire.CompactR
           "InputTokensRequestWithModelDefaulted": wire.InputTokensRequest,
           "NewConversation": NewConversation, "ConversationUpdate": ConversationUpdate,
           "NewItems": NewItems, "ChatRequest": ChatRequest,
-          "MessagesRequest": MessagesRequest}
+          "MessagesRequest": MessagesRequest, "CompletionRequest": CompletionRequest}
 
 
 @pytest.mark.parametrize("path,method", [

@@ -57,8 +57,8 @@ def doc_rows() -> tuple[set[str], set[str]]:
         if line.startswith("## "):
             rows = extra if line.startswith("## Extra fields") else sdk
         match = re.match(r"\| `([^`]+)` \|", line)
-        if match and not match.group(1).startswith(("chat.", "messages.")):
-            # (test_chat.py's and test_anthropic.py's)
+        if match and not match.group(1).startswith(("chat.", "messages.", "completions.")):
+            # (test_chat.py's, test_anthropic.py's and test_completions.py's)
             rows.add(match.group(1))
     return sdk, extra
 

@@ -160,7 +160,32 @@ class ModelHandle:
             tokens, spans = prompter.expand(tokens, images, text)
             return Rendered(tokens, text, spans)
 
-        large = text_size(messages) + text_size(tools) > LARGE_RENDER_CHARS
+        return await self._rendering(
+            work, large=text_size(messages) + text_size(tools) > LARGE_RENDER_CHARS,
+            submits=submits)
+
+    async def tokenize(self, prompt: str | list[int], *, submits: bool = True) -> Rendered:
+        """A raw prompt (`POST /v1/completions`): its text tokenized as the tokenizer does
+        by default (its BOS included), no chat template; token ids are taken as they are
+        (an id outside the vocabulary is a 400)."""
+        vocab = self.info.vocab_size
+
+        def work() -> Rendered:
+            if isinstance(prompt, str):
+                return Rendered(list(self.tokenizer.encode(prompt)), prompt)
+            bad = next((t for t in prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InvalidRequest(f"token id {bad} is outside the model's vocabulary "
+                                     f"(0-{vocab - 1})", param="prompt")
+            return Rendered(list(prompt), self.tokenizer.decode(prompt))
+
+        return await self._rendering(work, large=text_size(prompt) > LARGE_RENDER_CHARS,
+                                     submits=submits)
+
+    async def _rendering(self, work: Callable[[], Rendered], *, large: bool, submits: bool
+                         ) -> Rendered:
+        """`work` in a worker thread, the actor told when it starts and ends (it holds the
+        batch's Inserts for a Submit that is about to follow)."""
         await self._inbox.send(Rendering(started=True))
         submitting = False
         try:

@@ -25,6 +25,7 @@ from ..settings import resolve
 from ..system import Handles, start_actors, startup_error
 from ..tenants import Caller
 from . import chat  # noqa: F401  (mounts /chat/completions on the blueprint)
+from . import completions  # noqa: F401  (mounts /completions on the blueprint)
 from .anthropic import anthropic_error, is_anthropic   # (mounts /messages on the blueprint)
 from . import conversations  # noqa: F401  (mounts /conversations on the blueprint)
 from . import models  # noqa: F401  (mounts /models on the blueprint)

@@ -71,6 +71,7 @@ class Plan:
     # MCP tools' chat names → whether a call of it waits for the client's approval.
     mcp_approvals: dict[str, bool] = attrs.Factory(dict)
     mcp: McpTurn | None = None     # its MCP servers' runner and what runs first
+    raw_prompt: bool = False       # a plain prompt (/v1/completions): no chat, plain text out
 
     @property
     def store(self) -> bool:

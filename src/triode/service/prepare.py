@@ -27,6 +27,8 @@ from ..responses.objects import CompactedHistory, Item, StreamEvent, usage
 from ..responses.items import canonical, chat_messages, turn_keys
 from ..responses.lifecycle import Event, Lifecycle
 from ..responses.prepared import Compacted, Prepared, finalize
+from ..model.families import NONE
+from ..responses.completions import RawPrompt
 from ..responses.mcp import parse_servers, refuse_approvals
 from ..responses.tools import declared_tools, parse_tool_choice, parse_tools
 from ..responses.translate import Plan
@@ -132,6 +134,9 @@ class Preparer:
                               family=info.family, mcp=mcp)
         if trigger:
             plan = attrs.evolve(plan, compact_now=True)
+        if isinstance(req, RawPrompt):   # /v1/completions: the prompt as it stands
+            plan = attrs.evolve(plan, raw_prompt=True)
+            return plan, await self._model.tokenize(req.raw_prompt, submits=submits)
         plan = attrs.evolve(plan, messages=await self._with_reasoning(caller, plan.messages))
         rendered = await self._model.render(plan.messages, plan.template_tools,
                                             plan.template_kwargs, submits=submits)
@@ -166,6 +171,9 @@ class Preparer:
         if plan.compact_now:
             compact = functools.partial(self._compacted_only, caller, plan, rendered)
             return compact if background else await compact()
+        if plan.raw_prompt:   # plain text out: no tool calls, no reasoning markers
+            info = attrs.evolve(self._model.info, family=NONE, reasoning=False)
+            return finalize(plan, rendered, info, cache_scope=caller.scope)
         if not self._needs_compaction(plan, rendered):
             return finalize(plan, rendered, self._model.info, cache_scope=caller.scope)
         if background:
