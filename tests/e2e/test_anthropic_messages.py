@@ -136,7 +136,7 @@ def test_thinking_and_metadata_are_accepted(claude):
 @pytest.mark.parametrize("body,status,kind,says", [
     ({"messages": ask("x")}, 400, "invalid_request_error", "max_tokens"),
     ({"max_tokens": 8, "messages": []}, 400, "invalid_request_error", "messages"),
-    ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, 400,
+    ({"max_tokens": 8, "messages": [{"role": "robot", "content": "x"}]}, 400,
      "invalid_request_error", "messages.0.role"),
     ({"max_tokens": 8, "messages": ask("x"), "tool_choice": {"type": "maybe"}}, 400,
      "invalid_request_error", "tool_choice.type"),

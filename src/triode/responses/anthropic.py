@@ -145,10 +145,15 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(msg, dict):
             raise InvalidRequest(f"{where}: must be an object", param=where)
         role = msg.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}.role: must be user or assistant",
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{where}.role: must be user, assistant or system",
                                  param=f"{where}.role")
         content = msg.get("content")
+        if role == "system":   # a mid-conversation system message (Claude Code sends them)
+            items.append({"role": "system",
+                          "content": _system(content if isinstance(content, (str, list))
+                                             else None) or ""})
+            continue
         if isinstance(content, str):
             items.append({"role": role, "content": content})
             continue
