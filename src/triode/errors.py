@@ -22,7 +22,8 @@ code and HTTP status; the HTTP layer renders any of them without knowing which i
 
 from __future__ import annotations
 
-from typing import TypedDict
+import copy
+from typing import TypedDict, TypeVar
 
 
 class ErrorDetail(TypedDict):
@@ -40,6 +41,9 @@ class ErrorBody(TypedDict):
 
 class TriodeError(Exception):
     """Every error triode raises on purpose."""
+
+
+E = TypeVar("E", bound="APIError")
 
 
 class SettingsError(TriodeError, ValueError):
@@ -65,6 +69,17 @@ class APIError(TriodeError):
     def headers(self) -> dict[str, str]:
         """HTTP headers the error's response carries (e.g. Retry-After)."""
         return {}
+
+
+def renamed(exc: E, param: str | None) -> E:
+    """The same error naming its field as `param` (the field of another API's request that
+    a translated one came from), in its message too."""
+    new = copy.copy(exc)
+    if exc.param and param:
+        new.message = exc.message.replace(exc.param, param)
+        new.args = (new.message,)
+    new.param = param
+    return new
 
 
 class InvalidRequest(APIError):

@@ -192,7 +192,52 @@ BODIES = {
                                                 "max_output_tokens", "prompt_cache_key")},
     "/v1/responses/compact": {"model": MODEL, "input": ITEMS, "instructions": "Be brief.",
                               "tools": TOOLS, "keep_tokens": 16, "metadata": {"k": "v"}},
+    # The other APIs' routes, each a translation onto a create (docs/compatibility.md).
+    "/v1/chat/completions": {
+        "model": MODEL, "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": [{"type": "text", "text": "Answer briefly."}]},
+            {"role": "user", "content": [{"type": "text", "text": "Call lookup with q=kite"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "lookup", "arguments": "{\"q\": \"kite\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a kite flies"},
+            {"role": "user", "content": "Reply with: ok"}],
+        "tools": [{"type": "function", "function": {k: v for k, v in TOOLS[0].items()
+                                                    if k != "type"}}],
+        "tool_choice": "auto", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "a", "strict": True, "schema": SCHEMA}},
+        "logprobs": True, "top_logprobs": 1, "stop": ["\n\n"], "user": "u", "seed": 1,
+        "reasoning_effort": "low", "metadata": {"k": "v"}},
+    "/v1/messages": {
+        "model": MODEL, "max_tokens": 8, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Call lookup with q=kite"}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Looking."},
+                {"type": "tool_use", "id": "call_1", "name": "lookup", "input": {"q": "kite"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "a kite flies"},
+                {"type": "text", "text": "Reply with: ok"}]}],
+        "tools": [{"name": "lookup", "description": "find a word",
+                   "input_schema": TOOLS[0]["parameters"]}],
+        "tool_choice": {"type": "auto"}, "stop_sequences": ["\n\n"], "temperature": 0.5,
+        "metadata": {"user_id": "u"}, "thinking": {"type": "disabled"}},
+    "/v1/completions": {"model": MODEL, "prompt": "Reply with: ok", "max_tokens": 8,
+                        "temperature": 0.5, "top_p": 0.9, "stop": ["\n"], "logprobs": 1,
+                        "echo": True, "seed": 1, "user": "u"},
 }
+# Anthropic's errors name the field at the start of their message ("messages.0.role: ...").
+ANTHROPIC = ("/v1/messages",)
+
+
+def named(route: str, error: dict) -> tuple[str | None, str | None]:
+    """(the field an error names, its code) in the route's own error shape."""
+    if route in ANTHROPIC:
+        message = error["message"]
+        return (message.split(": ", 1)[0] if ": " in message else None), None
+    return error["param"], error["code"]
 
 
 def paths(value: object, at: tuple = ()) -> list[tuple]:
@@ -271,11 +316,13 @@ def test_any_value_at_any_depth_gets_a_response_or_a_4xx_naming_the_field(fuzzed
         # The 400 names a field: the one a replacement reached, or one that the replaced
         # value made wrong (a tool call whose tool is gone, a format a schema no longer
         # fits) under the same top-level field; or, when the change made the prompt (or a
-        # compaction's summary) too long, `input` with context_length_exceeded.
+        # compaction's summary) too long, the input with context_length_exceeded.
         tops = {str(at[0]) for at, _ in changes}
-        assert error["param"] is not None, (error, [dotted(at) for at, _ in changes])
-        assert re.split(r"[.\[]", error["param"])[0] in tops or (
-            error["code"] == "context_length_exceeded" and error["param"] == "input"), \
+        param, code = named(route, error)
+        assert param is not None, (error, [dotted(at) for at, _ in changes])
+        assert re.split(r"[.\[]", param)[0] in tops or (
+            param in ("input", "messages", "prompt") and (
+                code == "context_length_exceeded" or "context window" in error["message"])), \
             (error, [dotted(at) for at, _ in changes])
 
     check()

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, TypedDict
 
 from quart import Response, request
 
-from ..errors import APIError
+from ..errors import APIError, InvalidRequest
 from ..responses.anthropic import EventWriter, MessagesRequest, error_body, message, to_create
 from ..responses.objects import ResponseObject
 from . import sse
@@ -74,7 +74,10 @@ def anthropic_errors(view: Callable[[], Awaitable[Response]]
 async def create_message() -> Response:
     translated = to_create(await json_body())
     h, who = handles(), caller()
-    started = await h.turns.create(who, translated.create)
+    try:
+        started = await h.turns.create(who, translated.create)
+    except InvalidRequest as exc:   # named as the Messages field it came from
+        raise translated.named(exc) from None
     handle = started.handle
     record = access_record(request.scope)
     record.record_response(handle.response_id)
@@ -121,6 +124,9 @@ async def create_message() -> Response:
 @anthropic_errors
 async def count_message_tokens() -> Response:
     translated = to_create(await json_body(), counting=True)
-    count = await handles().turns.count_input_tokens(caller(), translated.create)
+    try:
+        count = await handles().turns.count_input_tokens(caller(), translated.create)
+    except InvalidRequest as exc:
+        raise translated.named(exc) from None
     tokens: TokenCount = {"input_tokens": count}
     return json_response(tokens)

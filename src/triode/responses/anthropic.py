@@ -11,11 +11,12 @@ docs/compatibility.md, "Anthropic Messages", says what each field does.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, renamed
 from .convert import structure
 from .objects import (CallDeltaEvent, CustomToolCallItem, FunctionCallItem, MessageItem,
                       OutputItemEvent, OutputTextPart, ReasoningItem, ResponseEvent,
@@ -73,6 +74,11 @@ class Translated:
     create: CreateResponse
     dropped_tools: tuple[str, ...]
     stops: tuple[str, ...]
+    origins: list[Origin] = attrs.Factory(list)
+
+    def named(self, exc: InvalidRequest) -> InvalidRequest:
+        """The error, naming the Messages field its `param` came from."""
+        return renamed(exc, anthropic_param(exc.param, self.origins))
 
 
 def _blob_url(source: Any, where: str, kinds: tuple[str, ...]) -> tuple[str, str]:
@@ -136,8 +142,14 @@ def _not_object(where: str) -> dict[str, Any]:
     raise InvalidRequest(f"'{where}' must be an object", param=where)
 
 
-def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+# Where an input item came from: its message (and block) path, and for a message item made
+# of blocks, each content part's block index.
+Origin = tuple[str, "list[int] | None"]
+
+
+def _messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Origin]]:
     items: list[dict[str, Any]] = []
+    origins: list[Origin] = []
     if not messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
     for i, msg in enumerate(messages):
@@ -153,19 +165,29 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             items.append({"role": "system",
                           "content": _system(content if isinstance(content, (str, list))
                                              else None) or ""})
+            origins.append((where, None))
             continue
         if isinstance(content, str):
             items.append({"role": role, "content": content})
+            origins.append((where, None))
             continue
         if not isinstance(content, list):
             raise InvalidRequest(f"{where}.content: must be a string or a list of blocks",
                                  param=f"{where}.content")
         parts: list[dict[str, Any]] = []
+        blocks: list[int] = []
 
         def flush() -> None:
             if parts:
                 items.append({"role": role, "content": list(parts)})
+                origins.append((where, list(blocks)))
                 parts.clear()
+                blocks.clear()
+
+        def alone(item: dict[str, Any], at: str) -> None:
+            flush()
+            items.append(item)
+            origins.append((at, None))
 
         for j, block in enumerate(content):
             at = f"{where}.content.{j}"
@@ -175,15 +197,14 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if role == "assistant":
                 if kind == "text":
                     parts.append({"type": "output_text", "text": block.get("text")})
+                    blocks.append(j)
                 elif kind == "tool_use":
-                    flush()
-                    items.append({"type": "function_call", "call_id": block.get("id"),
-                                  "name": block.get("name"),
-                                  "arguments": json.dumps(block.get("input", {}))})
+                    alone({"type": "function_call", "call_id": block.get("id"),
+                           "name": block.get("name"),
+                           "arguments": json.dumps(block.get("input", {}))}, at)
                 elif kind == "thinking":
-                    flush()
-                    items.append({"type": "reasoning", "summary": [], "content": [
-                        {"type": "reasoning_text", "text": block.get("thinking")}]})
+                    alone({"type": "reasoning", "summary": [], "content": [
+                        {"type": "reasoning_text", "text": block.get("thinking")}]}, at)
                 elif kind == "redacted_thinking":
                     continue   # encrypted elsewhere: nothing a local model can read
                 else:
@@ -191,12 +212,48 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                          "message (text, tool_use, thinking)",
                                          param=f"{at}.type")
             elif kind == "tool_result":
-                flush()
-                items.append(_tool_result(block, at))
+                alone(_tool_result(block, at), at)
             else:
                 parts.append(_user_part(block, at))
+                blocks.append(j)
         flush()
-    return items
+    return items, origins
+
+
+# The create's fields, named as the Messages request wrote them.
+RENAMED = {"input": "messages", "max_output_tokens": "max_tokens", "instructions": "system",
+           "stop": "stop_sequences", "text.format": "output_config.format",
+           "reasoning.effort": "output_config.effort", "reasoning": "output_config",
+           "parallel_tool_calls": "tool_choice", "chat_template_kwargs": "thinking",
+           "user": "metadata.user_id", "text": "output_config"}
+FIELD_NAMES = {".arguments": ".input", ".output": ".content", ".call_id": ".id"}
+
+
+def _dotted(path: str) -> str:
+    return re.sub(r"\[(\d+)\]", r".\1", path)
+
+
+def anthropic_param(param: str | None, origins: list[Origin]) -> str | None:
+    """A translated request's `param` as the Messages field it came from."""
+    if param is None:
+        return None
+    found = re.match(r"input\[(\d+)\](.*)", param)
+    if found:
+        k, rest = int(found.group(1)), found.group(2)
+        if k >= len(origins):
+            return "messages"
+        where, blocks = origins[k]
+        part = re.match(r"\.content\[(\d+)\](.*)", rest)
+        if part is not None and blocks is not None and int(part.group(1)) < len(blocks):
+            return f"{where}.content.{blocks[int(part.group(1))]}" + _dotted(part.group(2))
+        for ours, theirs in FIELD_NAMES.items():
+            if rest.startswith(ours):
+                rest = theirs + rest[len(ours):]
+        return where + _dotted(rest)
+    for ours, theirs in RENAMED.items():
+        if param == ours or param.startswith(ours + "."):
+            return theirs + _dotted(param[len(ours):])
+    return _dotted(param)
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -286,8 +343,9 @@ def to_create(body: Any, *, counting: bool = False) -> Translated:
         text = {"format": {"type": "json_schema", "name": "output", "schema": fmt["schema"],
                            "strict": True}}
     user = (req.metadata or {}).get("user_id")
+    items, origins = _messages(req.messages)
     create = {
-        "model": req.model, "input": _messages(req.messages), "store": False,
+        "model": req.model, "input": items, "store": False,
         "instructions": _system(req.system), "tools": tools or None, "tool_choice": choice,
         "parallel_tool_calls": parallel, "max_output_tokens": req.max_tokens,
         "stop": req.stop_sequences or None, "stream": req.stream,
@@ -297,9 +355,14 @@ def to_create(body: Any, *, counting: bool = False) -> Translated:
         else None,
         "chat_template_kwargs": kwargs or None,
     }
-    translated: CreateResponse = structure({k: v for k, v in create.items() if v is not None},
-                                           CreateResponse)
-    return Translated(translated, tuple(dropped), tuple(req.stop_sequences or ()))
+    stops = tuple(req.stop_sequences or ())
+    try:
+        translated: CreateResponse = structure(
+            {k: v for k, v in create.items() if v is not None}, CreateResponse)
+    except InvalidRequest as exc:
+        raise Translated(CreateResponse(model=req.model), (), stops, origins).named(exc) \
+            from None
+    return Translated(translated, tuple(dropped), stops, origins)
 
 
 # ---- answers ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, Union
 
 import attrs
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, renamed
 from .objects import (CallDeltaEvent, FunctionCallItem, CustomToolCallItem, MessageItem,
                       OutputItemEvent, OutputTextPart, ReasoningItem, RefusalPart,
                       ResponseEvent, ResponseObject, StreamEvent, TextDeltaEvent, Usage)
@@ -84,7 +84,8 @@ class ChatRequest:
 
 
 # Where a Responses field of the translated request came from, for a 400's `param`.
-RENAMED = {"max_output_tokens": "max_completion_tokens", "text.format": "response_format",
+RENAMED = {"input": "messages", "max_output_tokens": "max_completion_tokens",
+           "text.format": "response_format",
            "reasoning.effort": "reasoning_effort", "text.verbosity": "verbosity"}
 
 
@@ -103,10 +104,7 @@ class Translated:
 
     def named(self, exc: InvalidRequest) -> InvalidRequest:
         """The error, naming the Chat Completions field its `param` came from."""
-        param = self.param(exc.param)
-        message = exc.message.replace(exc.param, param) if exc.param and param else \
-            exc.message
-        return type(exc)(message, param=param, code=exc.code)
+        return renamed(exc, self.param(exc.param))
 
 
 def chat_param(param: str | None, origins: list[str],
