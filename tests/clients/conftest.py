@@ -26,6 +26,8 @@ NODE_MODULES = HERE / "node_modules"
 # Written after a successful `npm ci`: the hash of the manifest and lockfile it installed.
 STAMP = NODE_MODULES / ".triode-installed"
 CODEX_JS = NODE_MODULES / "@openai" / "codex" / "bin" / "codex.js"
+# Claude Code's CLI: a native binary its package installs for the platform.
+CLAUDE = NODE_MODULES / ".bin" / "claude"
 # The packages the scripts in ts/ import (package.json's dependencies besides Codex).
 NODE_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "zod")
 NPM_CI_TIMEOUT = 900.0
@@ -35,6 +37,7 @@ NPM_CI_TIMEOUT = 900.0
 class NodeClients:
     node: str
     codex: list[str]            # argv prefix that runs the pinned Codex CLI
+    claude: list[str]           # argv prefix that runs the pinned Claude Code CLI
     scripts: Path               # tests/clients/ts: the openai-node and AI SDK scripts
 
 
@@ -47,6 +50,7 @@ def _lock_digest() -> str:
 
 def _installed(digest: str) -> bool:
     return (STAMP.is_file() and STAMP.read_text().strip() == digest and CODEX_JS.is_file()
+            and CLAUDE.exists()
             and all((NODE_MODULES / name / "package.json").is_file() for name in NODE_PACKAGES))
 
 
@@ -86,7 +90,8 @@ def node_clients() -> NodeClients:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _installed(digest):
             _npm_ci(npm, digest)
-    return NodeClients(node=node, codex=[node, str(CODEX_JS)], scripts=HERE / "ts")
+    return NodeClients(node=node, codex=[node, str(CODEX_JS)], claude=[str(CLAUDE)],
+                       scripts=HERE / "ts")
 
 
 @pytest.fixture(scope="session")
