@@ -17,7 +17,6 @@ import logging
 from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 import attrs
-import outcome
 import trio
 
 log = logging.getLogger(__name__)

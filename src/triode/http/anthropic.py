@@ -6,19 +6,18 @@ authenticates as `Authorization: Bearer` does (app.py); `anthropic-version` is a
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, TypedDict
+from typing import Any, Awaitable, Callable, Literal, TypedDict
 
-from quart import Response, request
+from quart import Response
 
 from ..errors import APIError, InvalidRequest
 from ..responses.anthropic import EventWriter, MessagesRequest, error_body, message, to_create
-from ..responses.objects import ResponseObject
-from . import sse
-from .access import access_record
+from ..responses.objects import StreamEvent
 from .body import json_body, json_response
 from .caller import caller
 from .contract import Operation, documented
-from .routes import DROPPED_TOOLS_HEADER, handles, route, sse_response, told
+from .edge import streamed, whole
+from .routes import DROPPED_TOOLS_HEADER, handles, route
 
 PATHS = ("/v1/messages", "/messages")
 
@@ -73,45 +72,24 @@ def anthropic_errors(view: Callable[[], Awaitable[Response]]
 @anthropic_errors
 async def create_message() -> Response:
     translated = to_create(await json_body())
-    h, who = handles(), caller()
     try:
-        started = await h.turns.create(who, translated.create)
+        started = await handles().turns.create(caller(), translated.create)
     except InvalidRequest as exc:   # named as the Messages field it came from
         raise translated.named(exc) from None
-    handle = started.handle
-    record = access_record(request.scope)
-    record.record_response(handle.response_id)
     dropped = ",".join((*started.dropped_tools, *translated.dropped_tools))
+    handle = started.handle
     if not started.stream:
-        try:
-            obj: ResponseObject = await handle.wait()
-        finally:
-            await h.turns.abandon(who, handle)
-        record.record_drafts(handle.accepted_drafts)
-        told(obj)
-        if obj.status == "failed":
-            raise APIError(obj.error.message if obj.error else "the response failed")
+        obj = await whole(started)
         response = json_response(message(obj, handle.stop_sequence))
-        if dropped:
-            response.headers[DROPPED_TOOLS_HEADER] = dropped
-        return response
-    writer = EventWriter()
+    else:
+        writer = EventWriter()
 
-    async def frames() -> AsyncIterator[bytes]:
-        try:
-            async for batch in sse.coalesced(handle):
-                record.record_event(batch[-1])
-                out = b"".join(
-                    f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-                    for event in batch for name, data in writer.feed(event,
-                                                                     handle.stop_sequence))
-                if out:
-                    yield out
-            record.record_drafts(handle.accepted_drafts)
-        finally:
-            await h.turns.abandon(who, handle)
+        def frames_of(event: StreamEvent) -> bytes:
+            return b"".join(
+                f"event: {name}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+                for name, body in writer.feed(event, handle.stop_sequence))
 
-    response = await sse_response(frames())
+        response = await streamed(started, frames_of)
     if dropped:
         response.headers[DROPPED_TOOLS_HEADER] = dropped
     return response

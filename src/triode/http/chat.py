@@ -5,22 +5,18 @@ and limits as `/v1/responses`. A stream is `chat.completion.chunk`s ending in `d
 
 from __future__ import annotations
 
-import json
-from typing import Any, AsyncIterator
+from typing import Any
 
-from quart import Response, request
+from quart import Response
 
-from ..errors import APIError, InvalidRequest
+from ..errors import InvalidRequest
 from ..responses.chat import ChatRequest, ChunkWriter, completion, to_create
-from ..responses.objects import ResponseError, ResponseEvent, ResponseObject
-from . import sse
-from .access import access_record
+from ..responses.objects import StreamEvent
 from .body import json_body, json_response
 from .caller import caller
 from .contract import Operation, documented
-from .routes import handles, route, sse_response, told
-
-DONE = b"data: [DONE]\n\n"
+from .edge import DONE, data, failure, streamed, whole
+from .routes import handles, route
 
 
 @route("/chat/completions", methods=["POST"])
@@ -28,52 +24,16 @@ DONE = b"data: [DONE]\n\n"
                       dict[str, Any], body=ChatRequest, stream=True, errors=(429, 503)))
 async def create_chat_completion() -> Response:
     translated = to_create(await json_body())
-    h, who = handles(), caller()
     try:
-        started = await h.turns.create(who, translated.create)
+        started = await handles().turns.create(caller(), translated.create)
     except InvalidRequest as exc:   # named as the Chat Completions field it came from
         raise translated.named(exc) from None
-    handle = started.handle
-    record = access_record(request.scope)
-    record.record_response(handle.response_id)
     logprobs = translated.create.include is not None
     if not started.stream:
-        try:
-            obj: ResponseObject = await handle.wait()
-        finally:
-            await h.turns.abandon(who, handle)
-        record.record_drafts(handle.accepted_drafts)
-        told(obj)
-        if obj.status == "failed":   # Chat Completions has no failed object: an error
-            error = obj.error or ResponseError("server_error", "the response failed")
-            raise APIError(error.message, code=error.code)
-        return json_response(completion(obj, logprobs=logprobs))
+        return json_response(completion(await whole(started), logprobs=logprobs))
     writer = ChunkWriter(include_usage=translated.include_usage, logprobs=logprobs)
 
-    async def frames() -> AsyncIterator[bytes]:
-        try:
-            async for batch in sse.coalesced(handle):
-                record.record_event(batch[-1])
-                chunks = [c for event in batch for c in writer.feed(event)]
-                out = b"".join(data(c) for c in chunks)
-                for event in batch:
-                    if isinstance(event, ResponseEvent) and event.type == "response.failed":
-                        error = event.response.error   # the stream's error, as OpenAI's
-                        out += data({"error": {
-                            "message": error.message if error else "the response failed",
-                            "type": "server_error", "param": None,
-                            "code": error.code if error else None}})
-                if out:
-                    yield out
-            record.record_drafts(handle.accepted_drafts)
-            yield DONE
-        finally:
-            await h.turns.abandon(who, handle)
+    def frames_of(event: StreamEvent) -> bytes:
+        return b"".join(data(c) for c in writer.feed(event)) + failure(event)
 
-    return await sse_response(frames())
-
-
-def data(value: Any) -> bytes:
-    """One server-sent event of a chat stream: `data:` and the JSON, no event name."""
-    return b"data: " + json.dumps(value, separators=(",", ":"),
-                                  ensure_ascii=False).encode() + b"\n\n"
+    return await streamed(started, frames_of, DONE)
