@@ -448,3 +448,44 @@ def test_a_background_job_with_bad_media_is_refused_at_create(media_server):
         f"/v1/responses/{r.json()['id']}").json())["status"] == "completed" and o)
     assert PHRASE in "".join(c["text"] for item in done["output"]
                              for c in item.get("content", []) if c["type"] == "output_text")
+
+
+def test_images_through_the_other_apis_reach_a_vision_model(vlm):
+    """A Chat Completions `image_url` part, and Anthropic `image` blocks (in a user turn
+    and inside a `tool_result`), are the model's image input: each prompt counts the
+    image's tokens, as the same image through /v1/responses does."""
+    from ..fixtures.vlm import IMAGE_TOKENS
+
+    raw = image_bytes(40, 30, seed=30)
+    url = data_url(raw, "image/png")
+    responses = look(vlm, {"type": "input_image", "image_url": url}).json()["usage"]
+    chat = vlm.http.post("/v1/chat/completions", json={
+        "model": "llava", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "What is in the image?"},
+                        {"type": "image_url", "image_url": {"url": url}}]}]})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["usage"]["prompt_tokens"] == responses["input_tokens"]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": url.split(",", 1)[1]}}
+    messages = vlm.http.post("/v1/messages", json={
+        "model": "llava", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "What is in the image?"}, image]}]})
+    assert messages.status_code == 200, messages.text
+    used = messages.json()["usage"]
+    assert used["input_tokens"] + used["cache_read_input_tokens"] == responses["input_tokens"]
+    def tool_result(content: list[dict]) -> dict:
+        r = vlm.http.post("/v1/messages", json={
+            "model": "llava", "max_tokens": 4, "messages": [
+                {"role": "user", "content": "Take a screenshot."},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                              "content": content}]}],
+            "tools": [{"name": "shot", "input_schema": {"type": "object"}}]})
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        return u["input_tokens"] + u["cache_read_input_tokens"]
+
+    # The image's tokens, in place of one short word.
+    assert tool_result([image]) - tool_result([{"type": "text", "text": "x"}]) \
+        >= IMAGE_TOKENS - 2
