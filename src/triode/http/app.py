@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Mapping
 
-from quart import Response, g, request
+from quart import Response, g, has_request_context, request
 from quart import websocket as upgrade_request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -125,8 +125,9 @@ def create_app(handles: Handles | None = None, *, access_log: bool = True) -> Qu
         return response
 
     def render(err: APIError, status: int) -> Response:
-        """OpenAI's error object, or Anthropic's on Anthropic's routes."""
-        if is_anthropic(request.path):
+        """OpenAI's error object, or Anthropic's on Anthropic's routes (a WebSocket's
+        refusal has no request: OpenAI's)."""
+        if has_request_context() and is_anthropic(request.path):
             return anthropic_error(status, err.message, err.headers())
         response = json_response(err.body(), status)
         response.headers.update(err.headers())
