@@ -180,3 +180,19 @@ def test_the_events_become_chunks_in_order():
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[-1]["usage"]["total_tokens"] == 10
     assert plain(chunks) == chunks   # JSON-shaped
+
+
+def test_a_custom_tool_call_streams_its_input():
+    """A custom tool's call streams as a `custom` tool call: its name first, then its input."""
+    create = to_create({**BASE, "stream": True}).create
+    builder = ResponseBuilder("resp_c", plan(create, Sampling()).echo)
+    builder.created()
+    builder.enter(Status.IN_PROGRESS)
+    builder.call_start(0, kind="custom", name="patch", namespace=None)
+    builder.call_done(0, "diff")
+    builder.enter(Status.COMPLETED, usage(1, 1))
+    writer = ChunkWriter(include_usage=False, logprobs=False)
+    calls = [d for c in (c for e in builder.events for c in writer.feed(e))
+             for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert calls[0]["type"] == "custom" and calls[0]["custom"] == {"name": "patch", "input": ""}
+    assert calls[1] == {"index": 0, "custom": {"input": "diff"}}

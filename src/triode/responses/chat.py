@@ -474,9 +474,13 @@ class ChunkWriter:
             call = _tool_call(event.item)
             if call["type"] == "function":
                 call["function"]["arguments"] = ""
+            else:
+                call["custom"]["input"] = ""
             out.append(self._chunk({"tool_calls": [{"index": index, **call}]}))
         elif isinstance(event, CallDeltaEvent) and event.item_id in self._calls:
             index = self._calls[event.item_id]
-            out.append(self._chunk({"tool_calls": [
-                {"index": index, "function": {"arguments": event.delta}}]}))
+            delta = {"custom": {"input": event.delta}} \
+                if event.type == "response.custom_tool_call_input.delta" \
+                else {"function": {"arguments": event.delta}}
+            out.append(self._chunk({"tool_calls": [{"index": index, **delta}]}))
         return out
