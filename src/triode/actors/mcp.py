@@ -17,6 +17,7 @@ import logging
 from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 import attrs
+import outcome
 import trio
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,15 @@ class McpStatistics:
 
 
 class _Connection:
+    """The pool's record of one connection; a leaser holds it only as the token it hands
+    back with its release."""
+
     def __init__(self, key: ConnectionKey) -> None:
         self.key = key
         self.session: Any = None
         self.error: BaseException | None = None
-        self.ready = trio.Event()
+        self.settled = False                    # opened, or failed to
+        self.waiters: list[Reply] = []          # leases answered once it settles
         self.leases = 0
         self.changed = trio.Event()
         self.scope = trio.CancelScope()
@@ -71,11 +76,16 @@ class _Connection:
         self.changed = trio.Event()
 
 
+# A lease's answers: its token at once, then (when the connection settles) the session or
+# the error its open raised.
+Reply = trio.MemorySendChannel[Any]
+
+
 @attrs.frozen
 class _Lease:
     key: ConnectionKey
     opener: Opener
-    reply: trio.MemorySendChannel[_Connection]
+    reply: Reply
 
 
 @attrs.frozen
@@ -133,7 +143,24 @@ class McpPool:
             nursery.start_soon(self._hold, connection, msg.opener)
         connection.leases += 1
         connection.touch()
-        msg.reply.send_nowait(connection)   # the leaser waits for `ready` itself
+        msg.reply.send_nowait(connection)
+        if connection.settled:
+            self._answer(connection, msg.reply)
+        else:
+            connection.waiters.append(msg.reply)
+
+    @staticmethod
+    def _answer(connection: _Connection, reply: Reply) -> None:
+        result = outcome.Value(connection.session) if connection.error is None \
+            else outcome.Error(connection.error)
+        with contextlib.suppress(trio.BrokenResourceError, trio.WouldBlock):
+            reply.send_nowait(result)
+
+    def _settle(self, connection: _Connection) -> None:
+        connection.settled = True
+        waiters, connection.waiters = connection.waiters, []
+        for reply in waiters:
+            self._answer(connection, reply)
 
     def _forget(self, connection: _Connection) -> None:
         if self._connections.get(connection.key) is connection:
@@ -146,7 +173,7 @@ class McpPool:
             with connection.scope:
                 async with opener() as session:
                     connection.session = session
-                    connection.ready.set()
+                    self._settle(connection)
                     log.debug("mcp: connected to %s", label)
                     while True:
                         if connection.leases:
@@ -161,9 +188,9 @@ class McpPool:
             log.info("mcp: connection to %s ended: %s", label, describe(exc))
         finally:
             self._forget(connection)
-            if connection.error is None and not connection.ready.is_set():
+            if connection.error is None and not connection.settled:
                 connection.error = ConnectionError("the connection was closed")
-            connection.ready.set()
+            self._settle(connection)   # whoever still waits is told
             log.debug("mcp: closed %s", label)
 
     def _record(self, msg: _Record) -> None:
@@ -200,21 +227,22 @@ class McpPoolHandle:
         for the block. An error the open raised is raised here. An exception out of the
         block other than a cancellation marks the session broken: it is closed, and the
         next lease opens a new one."""
-        reply_send, reply = trio.open_memory_channel[_Connection](1)
+        reply_send, reply = trio.open_memory_channel[Any](2)
         await self._send.send(_Lease(key, opener, reply_send))
-        connection = await reply.receive()
-        broken = False
+        with trio.CancelScope(shield=True):   # answered as soon as the pool reads it
+            token = await reply.receive()
+        opened = broken = False
         try:
-            await connection.ready.wait()
-            if connection.error is not None:
-                raise connection.error
-            yield connection.session
+            result: outcome.Outcome[Any] = await reply.receive()
+            session = result.unwrap()
+            opened = True
+            yield session
         except Exception:
-            broken = connection.error is None
+            broken = opened   # not the open's own error: the session failed under the block
             raise
         finally:
             with trio.move_on_after(RELEASE_TIMEOUT, shield=True):
-                await self._send.send(_Release(connection, broken))
+                await self._send.send(_Release(token, broken))
 
     async def record(self, label: str, kind: str, ok: bool, seconds: float = 0.0) -> None:
         await self._send.send(_Record(label, kind, ok, seconds))
