@@ -73,7 +73,6 @@ class MessagesRequest:
 class Translated:
     create: CreateResponse
     dropped_tools: tuple[str, ...]
-    stops: tuple[str, ...]
     origins: list[Origin] = attrs.Factory(list)
 
     def named(self, exc: InvalidRequest) -> InvalidRequest:
@@ -355,14 +354,12 @@ def to_create(body: Any, *, counting: bool = False) -> Translated:
         else None,
         "chat_template_kwargs": kwargs or None,
     }
-    stops = tuple(req.stop_sequences or ())
     try:
         translated: CreateResponse = structure(
             {k: v for k, v in create.items() if v is not None}, CreateResponse)
     except InvalidRequest as exc:
-        raise Translated(CreateResponse(model=req.model), (), stops, origins).named(exc) \
-            from None
-    return Translated(translated, tuple(dropped), stops, origins)
+        raise renamed(exc, anthropic_param(exc.param, origins)) from None
+    return Translated(translated, tuple(dropped), origins)
 
 
 # ---- answers ----------------------------------------------------------------------------

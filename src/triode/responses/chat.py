@@ -97,10 +97,10 @@ class Translated:
     create: CreateResponse
     origins: list[str]
     include_usage: bool
-    renamed: dict[str, str] = attrs.Factory(lambda: dict(RENAMED))
+    names: dict[str, str] = attrs.Factory(lambda: dict(RENAMED))   # its fields' names
 
     def param(self, param: str | None) -> str | None:
-        return chat_param(param, self.origins, self.renamed)
+        return chat_param(param, self.origins, self.names)
 
     def named(self, exc: InvalidRequest) -> InvalidRequest:
         """The error, naming the Chat Completions field its `param` came from."""
@@ -108,7 +108,7 @@ class Translated:
 
 
 def chat_param(param: str | None, origins: list[str],
-               renamed: dict[str, str] = RENAMED) -> str | None:
+               names: dict[str, str] = RENAMED) -> str | None:
     """A translated request's `param` as the Chat Completions field it came from."""
     if param is None:
         return None
@@ -118,7 +118,7 @@ def chat_param(param: str | None, origins: list[str],
         where = origins[i] if i < len(origins) else "messages"
         return where + (".content" + rest[len(".output"):] if rest.startswith(".output")
                         else rest)
-    for ours, theirs in renamed.items():
+    for ours, theirs in names.items():
         if param == ours or param.startswith(ours + "."):
             return theirs + param[len(ours):]
     return param
@@ -349,14 +349,13 @@ def to_create(body: Any) -> Translated:
         create["text"] = {**(create["text"] or {}), "verbosity": req.verbosity}
     create = {k: v for k, v in create.items() if v is not None}
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    renamed = {**RENAMED, **({"max_output_tokens": "max_tokens"}
-                             if req.max_tokens is not None else {})}
+    names = {**RENAMED, **({"max_output_tokens": "max_tokens"}
+                           if req.max_tokens is not None else {})}
     try:
         translated: CreateResponse = structure(create, CreateResponse)
     except InvalidRequest as exc:
-        raise Translated(CreateResponse(model=req.model), origins, include_usage,
-                         renamed).named(exc) from None
-    return Translated(translated, origins, include_usage, renamed)
+        raise renamed(exc, chat_param(exc.param, origins, names)) from None
+    return Translated(translated, origins, include_usage, names)
 
 
 # ---- answers ----------------------------------------------------------------------------
