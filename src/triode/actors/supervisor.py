@@ -90,8 +90,8 @@ class Supervisor:
         self._input_tokens = 0       # of every generation's prompt
         self._reasoning_tokens = 0   # of the generations before the current one
         self._calls_made = 0         # tool calls the model made, of any kind
-        self._mcp_calls = 0          # MCP calls run
-        # Its MCP calls as the live page shows them: [label.name, started, ended, status].
+        # Its MCP calls run (one entry each, as the live page shows them: [label.name,
+        # started, ended, status]).
         self.mcp_timeline: list[list[Any]] = []
         self.accepted_drafts = 0   # output tokens that were accepted speculative drafts
         self.stop_sequence: str | None = None   # the stop sequence that ended it, if one did
@@ -293,7 +293,6 @@ class Supervisor:
             entry[2], entry[3] = time.time(), "cancelled"
         entry[3] = "failed" if error is not None else "completed"
         self.builder.mcp_call_end(item, result, error)
-        self._mcp_calls += 1
         self._notify()
 
     async def _continued(self, ready: Prepared, mcp: McpTurn
@@ -307,7 +306,7 @@ class Supervisor:
         rendered = await self._model.render(messages, plan.template_tools,
                                             plan.template_kwargs)
         cap = plan.echo.max_tool_calls
-        tools_off = self._mcp_calls >= mcp.runner.max_calls or (
+        tools_off = len(self.mcp_timeline) >= mcp.runner.max_calls or (
             cap is not None and self._calls_made >= cap)
         following = continued(ready, rendered, self._model.info,
                               generated=self._output_tokens, calls_made=self._calls_made,
