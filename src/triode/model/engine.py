@@ -20,7 +20,7 @@ from typing import Any, Callable, Generator, Sequence, cast
 
 import attrs
 
-from . import blas, cpu_attention, precision
+from . import blas, cpu_attention, lockstep, precision
 from .loading import LoadOptions, ModelInfo, describe, load_model
 from .pacing import CPU_MAX_CHUNK, MAX_CHUNK, PrefillPacer
 from .disk_cache import LOAD_POLL_SECONDS, DiskTier
@@ -79,6 +79,8 @@ class Step:
     idle: bool
     prompt_cache: CacheFigures | None = None   # the engine's prompt cache; None: off
     speculation: SpeculationStatistics | None = None   # when they changed; None: unchanged
+    ranks: tuple[lockstep.RankFigures, ...] | None = None   # --distributed: every rank's
+                                                            # figures, when gathered
 
 
 # (this step's outputs, idle, the prompt cache's figures or None, speculation's figures
@@ -336,6 +338,8 @@ class EngineOptions:
     prompt_cache_dir: str | None = None   # None: no disk tier
     prompt_cache_disk_bytes: int = 0
     load_options: LoadOptions = LoadOptions()   # --tool-format, --chat-template, ...
+    distributed: str = "off"            # --distributed: pipeline or tensor (lockstep.py)
+    watchdog: float = 0.0               # --distributed-watchdog: seconds without a step
 
     @property
     def prefill_batch(self) -> int:
@@ -372,6 +376,12 @@ class Engine:
 
         o = self.options
         model, tokenizer, vision, weights = self._load()
+        # --distributed: this rank's shard only (its other weights are never read), and
+        # its side of the step records.
+        group = None
+        if o.distributed != "off":
+            group = lockstep.join()
+            lockstep.shard(model, o.distributed, group)
         hidden_size = getattr(getattr(model, "args", None), "hidden_size", None)
         threads = blas.set_threads(o.blas_threads or blas.auto_threads(hidden_size))
         cpu = precision.on_cpu()
@@ -388,6 +398,9 @@ class Engine:
             window_caches(model, o.attention_window)   # refuses models it cannot serve
             new_cache = functools.partial(window_caches, model, o.attention_window)
         stream = take_stream()
+        # The records' collectives go on the generator's stream, after the forward pass it
+        # may still be computing (BatchGenerator evaluates the next step asynchronously).
+        lock = None if group is None else lockstep.Lockstep(group, stream)
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
@@ -398,15 +411,19 @@ class Engine:
         disk = self._disk_tier(model, new_cache, weights) if o.prompt_cache_bytes > 0 \
             else None
         cache = PromptCache(o.prompt_cache_bytes, disk.evicted if disk is not None else None) \
-            if o.prompt_cache_bytes > 0 else None
+            if o.prompt_cache_bytes > 0 and lock is None else None
+        started(info, tokenizer)
+        yield from evaluate_in_pieces(model)
+        if lock is not None:   # every rank together: the seed, the cache's budget in tokens
+            budget = lock.start(lockstep.kv_bytes_per_token(model, sequence_cache(
+                model, new_cache)), o.prompt_cache_bytes)
+            cache = PromptCache(o.prompt_cache_bytes, max_tokens=budget) if budget else None
         # Recurrent state and wrapped sliding windows cannot be trimmed back: such a model's
         # prompts are also kept where the next turn branches off (prompt_cache.snapshot_point);
         # None: not needed.
         close = None
         if cache is not None and needs_snapshots(sequence_cache(model, new_cache)):
             close = turn_close(tokenizer)
-        started(info, tokenizer)
-        yield from evaluate_in_pieces(model)
         if o.speculative == "ngram":
             from . import speculative
 
@@ -438,11 +455,22 @@ class Engine:
         kernels = contextlib.ExitStack()   # the CPU's attention, for the engine's lifetime
         if cpu:
             kernels.enter_context(cpu_attention.routed())
+        # Every rank's figures, when gathered (rank 0 reports them with its next step).
+        ranks = lock.ranks if lock is not None and lock.leads else None
         try:
             while True:
                 idle = not running and not loading
-                commands = yield Step(outputs, idle, figures(), report.due(outputs, idle))
+                commands = yield Step(outputs, idle, figures(), report.due(outputs, idle),
+                                      ranks)
+                ranks = None
+                record = None   # rank 0's decisions for this step (--distributed)
+                if lock is not None and not lock.leads:
+                    record = lock.follow()
+                    if record.stop:
+                        return
+                    commands = record.commands
                 outputs = []
+                reuses: list[tuple[int, int]] = []
                 for cmd in commands or ():
                     if isinstance(cmd, Insert):
                         if cmd.request.images and vision is not None:
@@ -452,6 +480,7 @@ class Engine:
                         kv, rest = cache.fetch(prompt, namespace) if cache is not None \
                             else (None, prompt)
                         reused = len(prompt) - len(rest)
+                        reuses.append((cmd.uid, reused))
                         found = disk.find(namespace, prompt, reused) if disk is not None \
                             else None
                         if disk is not None and found is not None:
@@ -480,20 +509,37 @@ class Engine:
                             kv, rest = cache.fetch(prompt, waiting.request.cache_key
                                                    or PROMPT_CACHE_KEY)
                             start(waiting, kv, len(prompt) - len(rest))
+                chunk = 0 if not running else pacer.chunk(
+                    decoding=len(running) - len(prefilling),
+                    prefilling=min(len(prefilling), o.prefill_batch))
+                if record is not None:   # a follower: rank 0's reuse and chunk, exactly
+                    if tuple(reuses) != record.reuse or bool(running) != record.run:
+                        raise lockstep.Diverged(
+                            f"the prompt cache gave {reuses} here and {list(record.reuse)} "
+                            f"on rank 0; {len(running)} sequences run here")
+                    chunk = record.chunk
+                elif lock is not None and (commands or running):
+                    record = lock.lead(lockstep.StepRecord(
+                        tuple(commands or ()), tuple(reuses), chunk, run=bool(running)))
+                if lock is not None and record is not None and record.gather:
+                    lock.gather()
+                    ranks = lock.ranks if lock.leads else None
                 if not running:
                     if loading:
                         assert disk is not None
                         disk.wait(LOAD_POLL_SECONDS)
                     continue
-                generator.prefill_step_size = pacer.chunk(
-                    decoding=len(running) - len(prefilling),
-                    prefilling=min(len(prefilling), o.prefill_batch))
+                generator.prefill_step_size = chunk
                 began = time.perf_counter()
                 with generator.stats() as stats:
                     progress, responses = generator.next()
-                pacer.observe(seconds=time.perf_counter() - began,
-                              prompt_tokens=stats.prompt_tokens,
+                took = time.perf_counter() - began
+                pacer.observe(seconds=took, prompt_tokens=stats.prompt_tokens,
                               prompt_seconds=stats.prompt_time)
+                if lock is not None:
+                    lock.stepped(took)
+                    for r in responses:
+                        lock.sampled(by_generator[r.uid].uid, r.token)
                 if cache is not None and close is not None:
                     self._snapshot(generator, cache, progress, by_generator)
                 for r in responses:
@@ -516,6 +562,11 @@ class Engine:
                                               getattr(r, "drafted", False)))
                     seq.cached_tokens = 0   # reported on the first output only
         finally:
+            if lock is not None and lock.leads and not lock.broken:
+                try:   # the followers end with this engine
+                    lock.lead(lockstep.StepRecord(stop=True))
+                except Exception as exc:
+                    log.warning("--distributed: the ranks could not be told to stop (%s)", exc)
             kernels.close()
             generator.close()
             give_back_stream(stream)

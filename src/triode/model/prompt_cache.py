@@ -51,10 +51,15 @@ class PromptCache:
     an insert needs (at least one prompt token always goes through the model, since the first
     output token is sampled from its logits) and the untrimmable entries' bookkeeping."""
 
-    def __init__(self, max_bytes: int, on_evict: OnEvict | None = None):
+    def __init__(self, max_bytes: int, on_evict: OnEvict | None = None, *,
+                 max_tokens: int | None = None):
+        """`max_tokens`: the budget counted in tokens instead of `max_bytes` (the ranks of a
+        sharded model hold different bytes per token, and must keep and evict alike)."""
         from mlx_lm.models.cache import LRUPromptCache
 
-        self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES, max_bytes=max_bytes)
+        self._max_tokens = max_tokens
+        self._lru = LRUPromptCache(max_size=PROMPT_CACHE_MAX_ENTRIES,
+                                   max_bytes=max_bytes if max_tokens is None else 1 << 62)
         self._evicted: list[tuple[str, list[int], Any]] = []
         self._on_evict = on_evict
         if on_evict is not None:
@@ -79,7 +84,8 @@ class PromptCache:
         import mlx.core as mx
         from mlx_lm.models.cache import can_trim_prompt_cache
 
-        if sum(c.nbytes for c in kv) > self._lru.max_bytes:
+        if sum(c.nbytes for c in kv) > self._lru.max_bytes or (
+                self._max_tokens is not None and len(tokens) > self._max_tokens):
             return  # never fits: inserted, it would first evict every other entry
         # A cache taken out of a batch is a lazy copy of the whole batch's buffers:
         # evaluated now, it holds its own few KB per token instead of pinning those buffers.
@@ -89,6 +95,8 @@ class PromptCache:
             for length in self._prefixes(tokens, namespace)[:-KEPT_PREFIXES]:
                 self._drop(tokens[:length], namespace)
         self._lru.insert_cache(namespace, tokens, kv)
+        if self._max_tokens is not None:
+            self._evict_tokens(self._max_tokens)
         if self._on_evict is not None:
             evicted, self._evicted[:] = list(self._evicted), []
             for entry in evicted:
@@ -113,11 +121,23 @@ class PromptCache:
             node = node.get(token)
         return lengths
 
+    def _evict_tokens(self, budget: int) -> None:
+        """Least recently kept entries out until the entries hold at most `budget` tokens."""
+        held = sum(len(tokens) for _, tokens, _ in self.entries())
+        while held > budget and len(self._lru):
+            namespace, tokens = self._lru._lru.pop()  # type: ignore[no-untyped-call]
+            held -= len(tokens)
+            self._forget(namespace, list(tokens))
+
     def _drop(self, tokens: list[int], namespace: str) -> None:
         """Removes one entry, as LRUPromptCache's own eviction does (it has no public call)."""
+        self._lru._lru.remove(namespace, tokens)
+        self._forget(namespace, tokens)
+
+    def _forget(self, namespace: str, tokens: list[int]) -> None:
+        """Removes an entry from the trie and the byte counts (its LRU place is gone)."""
         lru = self._lru
         entry = lru._trie.pop(namespace, tokens)
-        lru._lru.remove(namespace, tokens)
         lru._n_bytes -= entry.nbytes
         lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
 

@@ -1,0 +1,277 @@
+"""One model sharded over several processes (`--distributed pipeline|tensor`), kept in
+lockstep by construction (docs/deployment.md).
+
+Every rank runs the same engine loop (model/engine.py) on its shard of the weights: mlx-lm's
+`model.shard(group)` (tensor parallelism) or `model.model.pipeline(group)` (pipeline
+parallelism), whose forward passes exchange activations with MLX's collectives. A
+collective blocks until every rank calls it, so any difference in the order or count of
+forward passes between ranks hangs them all. So only rank 0 decides: before each engine
+step it broadcasts one `StepRecord` (the commands its model actor handed it, with each
+request's tokens, sampling settings and seed; the prompt-cache reuse it found, in tokens;
+the prefill chunk its pacer chose; whether a forward pass follows), and the other ranks
+apply exactly that and decide nothing. The tokens rank 0 sampled ride on the next record,
+and a follower that sampled otherwise stops (`Diverged`) instead of going on apart.
+
+What cannot be made identical on every rank yet is refused before anything loads
+(settings.py's `distributed_problems`, system.py's `checked_catalog`): vision models, the
+quantized KV cache, the prompt cache's disk tier and speculative decoding (its drafting is
+guarded by timings each rank would measure alone).
+
+A record is pickled and broadcast by `all_sum` (the followers add zeros): one collective
+of FRAME bytes per step, a second one for a record larger than that (one with a long
+prompt). The ranks are one deployment's own processes, started by the same command: a
+record is trusted as the weights are.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import time
+from typing import Any, Callable, Sequence
+
+import attrs
+
+from ..errors import SettingsError
+
+MODES = ("off", "pipeline", "tensor")
+FRAME = 4096          # bytes of a step record carried by the step's one collective
+LENGTH = 8            # of them: the record's length
+GATHER_EVERY = 32     # steps between two gatherings of every rank's figures
+
+
+class Diverged(RuntimeError):
+    """A follower's state differs from rank 0's (a sampled token, a prompt-cache reuse):
+    it stops rather than run on apart."""
+
+
+@attrs.frozen
+class StepRecord:
+    """Rank 0's decisions for one engine step, applied as they are by every other rank."""
+
+    commands: tuple[Any, ...] = ()            # engine.Insert / engine.Remove, in order
+    reuse: tuple[tuple[int, int], ...] = ()   # (uid, prompt tokens the prompt cache gives)
+    chunk: int = 0                            # the prefill chunk (prefill_step_size)
+    run: bool = False                         # a forward pass (generator.next()) follows
+    check: tuple[tuple[int, int], ...] = ()   # (uid, token) rank 0 sampled since its last record
+    gather: bool = False                      # every rank's figures are gathered after it
+    stop: bool = False                        # the engine ends: followers exit
+
+
+@attrs.frozen
+class RankFigures:
+    """One rank's engine figures since it started."""
+
+    rank: int
+    steps: int = 0                 # forward passes (engine steps that ran the model)
+    step_seconds: float = 0.0      # their time: compute and the model's own collectives
+    record_seconds: float = 0.0    # time in the step records' collectives (a follower's
+                                   # includes waiting for rank 0 to decide)
+
+
+def rank_of_environment() -> int | None:
+    """The rank mlx.launch (or the operator) gave this process, from the environment
+    (`MLX_RANK`); None when it is not set."""
+    value = os.environ.get("MLX_RANK")
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def join() -> Any:
+    """The process group (MLX's distributed backend: `ring` over TCP, `jaccl` over RDMA,
+    whichever the launcher's environment configures). Waits until every rank has joined.
+    A SettingsError when this process was not started as one rank of several."""
+    import mlx.core as mx
+
+    if not mx.distributed.is_available():
+        raise SettingsError("--distributed: this MLX build has no distributed backend")
+    if rank_of_environment() is None:
+        raise SettingsError("--distributed: start every rank with mlx.launch (or set MLX_RANK "
+                            "and MLX_HOSTFILE); this process is not one rank of a group")
+    try:
+        group = mx.distributed.init(strict=True)
+    except Exception as exc:
+        raise SettingsError(f"--distributed: the group could not be formed ({exc})") from None
+    if group.size() < 2:
+        raise SettingsError("--distributed: the group has one rank; it needs two or more")
+    return group
+
+
+def shard(model: Any, mode: str, group: Any) -> None:
+    """Keeps this rank's part of `model` (its weights unevaluated: only that part is ever
+    read): mlx-lm's tensor sharding or pipeline split. A SettingsError saying why when the
+    model cannot be sharded that way over this group."""
+    size = group.size()
+    kind = type(model).__module__.rsplit(".", 1)[-1]
+    if mode == "tensor":
+        if not hasattr(model, "shard"):
+            raise SettingsError(f"--distributed tensor: mlx-lm's {kind} model cannot be "
+                                "sharded by tensor (it has no shard()); try pipeline")
+        for name, count in _head_counts(model):
+            if count % size:
+                raise SettingsError(f"--distributed tensor: the model's {count} {name} do not "
+                                    f"split evenly over {size} ranks")
+        model.shard(group)
+    else:
+        inner: Any = getattr(model, "model", None)
+        if not hasattr(inner, "pipeline"):
+            raise SettingsError(f"--distributed pipeline: mlx-lm's {kind} model cannot be "
+                                "split into a pipeline (it has no pipeline()); try tensor")
+        layers = len(inner.layers)
+        if layers < size:
+            raise SettingsError(f"--distributed pipeline: the model's {layers} layers cannot "
+                                f"be split over {size} ranks")
+        inner.pipeline(group)
+
+
+def _head_counts(model: Any) -> list[tuple[str, int]]:
+    """The attention head counts tensor sharding divides (mlx-lm's attention modules name
+    them n_heads / n_kv_heads or num_heads / num_key_value_heads)."""
+    args = getattr(model, "args", None)
+    counts = []
+    for name, attr in (("attention heads", "num_attention_heads"),
+                       ("key-value heads", "num_key_value_heads")):
+        value = getattr(args, attr, None)
+        if isinstance(value, int) and value > 0:
+            counts.append((name, value))
+    return counts
+
+
+def kv_bytes_per_token(model: Any, caches: Sequence[Any]) -> int:
+    """This rank's KV cache bytes per token: one token through the model (every rank does it
+    together), then each attention cache's bytes over the positions it allocated."""
+    import mlx.core as mx
+
+    mx.eval(model(mx.array([[0]]), cache=list(caches)))   # the whole pass: its collectives
+    total = 0.0
+    for c in caches:
+        keys = getattr(c, "keys", None)
+        if keys is not None and getattr(keys, "ndim", 0) == 4 and keys.shape[2]:
+            total += c.nbytes / keys.shape[2]
+    return int(total)
+
+
+class Lockstep:
+    """This rank's side of the step records (the engine thread's alone)."""
+
+    def __init__(self, group: Any, stream: Any):
+        """`stream`: where the collectives run, in order with the engine's forward passes."""
+        self.group = group
+        self.stream = stream
+        self.rank: int = group.rank()
+        self.size: int = group.size()
+        self.broken = False             # a collective failed: no further one is tried
+        self.ranks: tuple[RankFigures, ...] = ()   # on rank 0: the last gathering
+        self._steps = 0
+        self._step_seconds = 0.0
+        self._record_seconds = 0.0
+        self._unchecked: list[tuple[int, int]] = []   # (uid, token) since the last record
+        self._since_gather = 0
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+    def start(self, per_token: int, prompt_cache_bytes: int) -> int:
+        """Seeds every rank's random state alike (an unseeded request samples from it, in
+        the same order on every rank) and returns the prompt cache's budget in tokens: the
+        bytes asked for over the whole model's KV bytes per token (every rank's summed)."""
+        import mlx.core as mx
+
+        seed = secrets.randbits(31) if self.leads else 0
+        shared = self._all_sum(mx.array([seed, per_token], dtype=mx.int64))
+        seed, whole = (int(v) for v in shared.tolist())
+        mx.random.seed(seed)
+        self.gather()   # rank 0 knows its group from the start
+        if not prompt_cache_bytes:
+            return 0
+        return max(1, prompt_cache_bytes // max(1, whole))
+
+    # ---- rank 0 ---------------------------------------------------------------------------
+
+    def lead(self, record: StepRecord) -> StepRecord:
+        """Broadcasts rank 0's record (with the tokens sampled since the last one)."""
+        record = attrs.evolve(record, check=tuple(self._unchecked),
+                              gather=self._gather_due(record))
+        self._unchecked = []
+        self._share(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        return record
+
+    # ---- the other ranks ------------------------------------------------------------------
+
+    def follow(self) -> StepRecord:
+        """The next record, once rank 0 sends it; Diverged when this rank sampled other
+        tokens than rank 0 did since the last one."""
+        record: StepRecord = pickle.loads(self._share(None))
+        if record.check != tuple(self._unchecked):
+            raise Diverged(f"rank {self.rank} sampled {list(self._unchecked)} where rank 0 "
+                           f"sampled {list(record.check)} ((sequence, token) pairs)")
+        self._unchecked = []
+        return record
+
+    # ---- every rank -----------------------------------------------------------------------
+
+    def sampled(self, uid: int, token: int) -> None:
+        self._unchecked.append((uid, token))
+
+    def stepped(self, seconds: float) -> None:
+        self._steps += 1
+        self._step_seconds += seconds
+
+    def gather(self) -> None:
+        """Every rank's figures, on every rank (rank 0 reports them)."""
+        import mlx.core as mx
+
+        mine = mx.array([[self._steps, self._step_seconds, self._record_seconds]],
+                        dtype=mx.float32)
+        every = self._collective(lambda: mx.distributed.all_gather(mine, group=self.group,
+                                                                  stream=self.stream))
+        self.ranks = tuple(RankFigures(r, int(s), float(a), float(b))
+                           for r, (s, a, b) in enumerate(every.tolist()))
+
+    def _gather_due(self, record: StepRecord) -> bool:
+        self._since_gather += record.run
+        if record.stop or self._since_gather < GATHER_EVERY:
+            return False
+        self._since_gather = 0
+        return True
+
+    def _share(self, data: bytes | None) -> bytes:
+        """rank 0's `data` on every rank: a FRAME-byte all_sum (its length and first bytes),
+        then one for the rest if it is longer."""
+        import mlx.core as mx
+        import numpy as np
+
+        began = time.perf_counter()
+        frame = np.zeros(FRAME, dtype=np.uint8)
+        if data is not None:
+            frame[:LENGTH] = np.frombuffer(len(data).to_bytes(LENGTH, "little"), np.uint8)
+            head = data[:FRAME - LENGTH]
+            frame[LENGTH:LENGTH + len(head)] = np.frombuffer(head, np.uint8)
+        summed = np.asarray(self._all_sum(mx.array(frame))).tobytes()
+        length = int.from_bytes(summed[:LENGTH], "little")
+        body = summed[LENGTH:LENGTH + length]
+        if length > FRAME - LENGTH:
+            rest = np.zeros(length - (FRAME - LENGTH), dtype=np.uint8)
+            if data is not None:
+                rest[:] = np.frombuffer(data[FRAME - LENGTH:], np.uint8)
+            body += np.asarray(self._all_sum(mx.array(rest))).tobytes()
+        self._record_seconds += time.perf_counter() - began
+        return body
+
+    def _all_sum(self, array: Any) -> Any:
+        import mlx.core as mx
+
+        return self._collective(lambda: mx.distributed.all_sum(array, group=self.group,
+                                                               stream=self.stream))
+
+    def _collective(self, op: Callable[[], Any]) -> Any:
+        import mlx.core as mx
+
+        try:
+            out = op()
+            mx.eval(out)
+        except BaseException:
+            self.broken = True
+            raise
+        return out
