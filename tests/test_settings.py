@@ -178,3 +178,32 @@ def test_mcp_limits_below_their_floor_are_refused(field, value, message):
                                          ("mcp_max_output_bytes", 1), ("mcp_idle", 0.0)])
 def test_mcp_limits_at_their_floor_are_accepted(field, value):
     assert getattr(resolve({field: value}, {}), field) == value
+
+
+def test_distributed_turns_speculation_off_unless_it_is_asked_for():
+    assert resolve({}, {}).speculative == "ngram"
+    assert resolve({"distributed": "pipeline"}, {}).speculative == "off"
+    assert resolve({}, {"TRIODE_DISTRIBUTED": "tensor"}).speculative == "off"
+    with pytest.raises(SettingsError, match="--speculative ngram is not kept in lockstep"):
+        resolve({"distributed": "tensor", "speculative": "ngram"}, {})
+    with pytest.raises(SettingsError, match="--speculative ngram is not kept in lockstep"):
+        resolve({"distributed": "tensor"}, {"TRIODE_SPECULATIVE": "ngram"})
+
+
+@pytest.mark.parametrize("seconds, ok", [(0.001, True), (60, True), (0, False), (-1, False)])
+def test_the_distributed_watchdog_must_be_positive(seconds, ok):
+    flags = {"distributed": "pipeline", "distributed_watchdog": seconds}
+    if ok:
+        assert resolve(flags, {}).distributed_watchdog == seconds
+    else:
+        with pytest.raises(SettingsError, match="--distributed-watchdog must be more than 0"):
+            resolve(flags, {})
+
+
+def test_distributed_refuses_what_it_cannot_keep_in_step_naming_each_flag():
+    with pytest.raises(SettingsError) as refused:
+        resolve({"distributed": "tensor", "kv_bits": 8, "prompt_cache_dir": "/tmp/x",
+                  "models_dir": "/tmp"}, {})
+    for flag in ("--kv-bits", "--prompt-cache-dir", "serves one model"):
+        assert flag in str(refused.value)
+    assert resolve({"distributed": "tensor", "attention_window": 64}, {}).attention_window

@@ -14,6 +14,13 @@ the registry drains (no new responses, up to `--shutdown-timeout` for the runnin
 the rest end `failed`) while hypercorn keeps serving the connections in flight, so every
 stream gets its terminal event and every request its response; then the tree stops. A
 second signal cuts the running responses at once.
+
+`--distributed` (docs/deployment.md): every rank runs this same command. Each joins the
+group first (waiting for the others); rank 0 then serves as above, every other rank runs
+only its engine (`system.follow`) until rank 0's engine ends. Rank 0 leaves with
+`os._exit`: its engine thread may be hung in a collective for good (a rank that stalled),
+and nothing must wait for it. Once the group failed, `--distributed-on-failure exit` shuts
+rank 0 down as a signal would, with exit status 1.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -53,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .system import startup_error
 
+    if settings.distributed != "off":
+        return distributed(settings)
     try:
         trio.run(serve, settings)
     except KeyboardInterrupt:
@@ -63,6 +73,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"triode: {error}", file=sys.stderr, flush=True)
         return 1
+    return 0
+
+
+def distributed(settings: Settings) -> int:
+    """One rank of a --distributed group (module docstring)."""
+    from .model.blas import preload_blas
+    from .model.lockstep import join
+    from .system import checked_catalog, follow, startup_error
+
+    preload_blas(settings.blas)   # before anything imports MLX (the group does)
+    try:
+        checked_catalog(settings)   # before waiting for the other ranks
+        rank = join().rank()
+    except SettingsError as exc:
+        print(f"triode: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if rank == 0:
+        code = 1
+        try:
+            code = trio.run(serve, settings)
+        except KeyboardInterrupt:
+            code = 0
+        except BaseException as exc:
+            error = startup_error(exc)
+            if error is None:
+                log.exception("rank 0 failed")
+            else:
+                print(f"triode: {error}", file=sys.stderr, flush=True)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    try:
+        follow(settings)
+    except SettingsError as exc:
+        print(f"triode: rank {rank}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as exc:   # the group broke (a rank died) or this rank diverged
+        log.error("rank %d: stopping: %s: %s", rank, type(exc).__name__, exc)
+        return 1
+    log.info("rank %d: rank 0 stopped the group", rank)
     return 0
 
 
@@ -103,8 +153,9 @@ def bind(config: Config, settings: Settings) -> Sockets:
         raise SettingsError(f"{where}: {reason}") from None
 
 
-async def serve(settings: Settings) -> None:
-    """Serves until SIGINT or SIGTERM, then shuts down gracefully (module docstring)."""
+async def serve(settings: Settings) -> int:
+    """Serves until SIGINT or SIGTERM (or, under --distributed with `exit`, the group's
+    failure), then shuts down gracefully (module docstring); returns the exit status."""
     from hypercorn.trio.run import worker_serve
     from hypercorn.utils import wrap_app
 
@@ -118,6 +169,7 @@ async def serve(settings: Settings) -> None:
     handles: Handles | None = None
     stopping = trio.Event()
     served = trio.Event()
+    status = 0
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
@@ -150,8 +202,20 @@ async def serve(settings: Settings) -> None:
                     finally:
                         served.set()
 
+                async def on_group_failure() -> None:
+                    nonlocal status
+                    assert handles is not None and handles.group is not None
+                    await handles.group.failed.wait()
+                    if settings.distributed_on_failure == "exit":
+                        log.error("--distributed: the group failed (%s); shutting down "
+                                  "(--distributed-on-failure exit)", handles.group.reason)
+                        status = 1
+                        stopping.set()
+
                 nursery.start_soon(on_signals)
                 handles = await nursery.start(start_actors, settings)
+                if handles.group is not None:
+                    nursery.start_soon(on_group_failure)
                 for sock in sockets.insecure_sockets:
                     sock.listen(config.backlog)
                 binds = await nursery.start(serve_http)
@@ -168,6 +232,7 @@ async def serve(settings: Settings) -> None:
     finally:
         for sock in sockets.insecure_sockets:
             sock.close()
+    return status
 
 
 if __name__ == "__main__":

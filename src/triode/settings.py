@@ -274,6 +274,23 @@ class Settings:
         "it after three losing windows and probes again later; /health and /metrics report "
         "what it did (docs/benchmarks.md, docs/observability.md)",
         choices=("ngram", "off"))
+    distributed: str = flag(
+        "off", "serve one model sharded over several machines with MLX's distributed backend "
+        "(`ring` over TCP, `jaccl` over Thunderbolt RDMA), every rank started by the same "
+        "command under `mlx.launch` (or with MLX_RANK and MLX_HOSTFILE set): `pipeline` "
+        "splits the layers, `tensor` splits each layer's heads and MLP. Rank 0 serves HTTP "
+        "and decides every engine step; the others run only their shard, in lockstep. Under "
+        "it --speculative defaults to off (docs/deployment.md)",
+        choices=("off", "pipeline", "tensor"))
+    distributed_watchdog: float = flag(
+        60.0, "--distributed: seconds without a completed engine step, while work is queued, "
+        "after which rank 0 takes the group for dead (/health 503, the responses in flight "
+        "end failed)")
+    distributed_on_failure: str = flag(
+        "exit", "--distributed: what rank 0 does once a rank died, stalled or disconnected: "
+        "`exit` shuts down (exit status 1, the other ranks end with it; a service manager "
+        "restarts the group), `stay` keeps serving stored responses with /health at 503 and "
+        "generation refused", choices=("exit", "stay"))
     log_level: str = flag("info", "logging level",
                           choices=("debug", "info", "warning", "error"))
     access_log: str = flag(
@@ -351,6 +368,8 @@ class Settings:
         if self.media_max_pixels < 1:
             problems.append(f"--media-max-pixels must be at least 1 "
                             f"(got {self.media_max_pixels})")
+        if self.distributed != "off":
+            problems += distributed_problems(self)
         if self.max_queue < 0:
             problems.append("--max-queue must be 0 or more")
         if not self.mcp_timeout > 0:
@@ -385,6 +404,28 @@ class Settings:
                 problems.append(f"--{f.name} must be one of {', '.join(f.choices)} (got {v!r})")
         if problems:
             raise SettingsError("; ".join(problems))
+
+
+def distributed_problems(s: Settings) -> list[str]:
+    """What --distributed cannot run in lockstep yet, or at all (docs/deployment.md)."""
+    mode = f"--distributed {s.distributed}"
+    problems = []
+    if len(s.model) > 1 or s.models_dir is not None or s.models_config is not None:
+        problems.append(f"{mode} serves one model (no --models-dir, --models-config or "
+                        "second --model): every rank holds a shard of it")
+    if s.kv_bits:
+        problems.append(f"{mode}: --kv-bits is not kept in lockstep yet (the quantized KV "
+                        "cache is not sharded)")
+    if s.prompt_cache_dir is not None:
+        problems.append(f"{mode}: --prompt-cache-dir is not kept in lockstep yet (each "
+                        "rank's disk tier would load and evict on its own timing)")
+    if s.speculative != "off":
+        problems.append(f"{mode}: --speculative ngram is not kept in lockstep yet (its guard "
+                        "decides from timings each rank measures alone); use --speculative off")
+    if not s.distributed_watchdog > 0:
+        problems.append(f"--distributed-watchdog must be more than 0 "
+                        f"(got {s.distributed_watchdog})")
+    return problems
 
 
 @attrs.frozen
@@ -459,6 +500,7 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
     cli = cli or {}
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    given: set[str] = set()   # the fields the command line or the environment set
     for f in FLAGS:
         value = cli.get(f.field)
         if value is None:
@@ -472,7 +514,11 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
                         raise SettingsError(f"environment variable {name}: {exc}") from None
                     break
         values[f.field] = f.default if value is None else value
+        if value is not None:
+            given.add(f.field)
     values.update(overrides)
+    if values["distributed"] != "off" and "speculative" not in given | set(overrides):
+        values["speculative"] = "off"   # its default under --distributed
     return Settings(**values)
 
 

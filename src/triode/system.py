@@ -36,6 +36,7 @@ import trio
 from .actors.jobs import JobBoard, JobBoardHandle
 from .actors.limits import TenantLimits, TenantLimitsHandle
 from .actors.host import EngineHost
+from .actors.model import GroupFailure, ModelActor
 from .actors.models import ModelsHandle, ModelsRegistry
 from .actors.monitor import Monitor, MonitorHandle
 from .actors.registry import CUT_GRACE, Registry, RegistryHandle
@@ -44,9 +45,10 @@ from .actors.store import (ConversationStore, ConversationStoreHandle, Reasoning
 from .errors import SettingsError, StoreUnavailable
 from .model.blas import preload_blas
 from .model.disk_cache import check_directory
-from .model.engine import EngineOptions
+from .model.engine import Engine, EngineOptions
 from .model.catalog import ModelSpec, catalog
 from .model.loading import LoadOptions, check_model, check_options
+from .model.vision import vision_config
 from .service.conversations import Conversations
 from .actors.mcp import McpPool, McpPoolHandle
 from .service.mcp import McpLimits, McpService, load_config, missing_sdk
@@ -79,6 +81,7 @@ class Handles:
     monitor: MonitorHandle | None = None   # the live page's history of generation's figures
     board: JobBoardHandle | None = None    # a shared store's job board (the live page reads it)
     mcp: McpPoolHandle | None = None       # the MCP connections (--mcp-config, --mcp-urls)
+    group: GroupFailure | None = None      # --distributed: the group of ranks' failure
 
 
 def background_off(settings: Settings) -> str | None:
@@ -118,10 +121,7 @@ async def start_actors(settings: Settings, *,
     registry (up to `--shutdown-timeout`, then the rest end `failed`), then stops the tree.
     Plain hypercorn's lifespan cancels it only after the HTTP connections have closed, so
     there the drain is what ends background jobs with a terminal status."""
-    specs = catalog(settings)
-    for spec in specs:
-        check_model(spec.path)
-        check_options(load_options(settings, spec))
+    specs = checked_catalog(settings)
     tenants = Tenants.configured(settings.api_key, settings.api_keys_file)
     mcp_limits(settings)   # a bad --mcp-config, or MCP without its SDK, fails the start
     tree = trio.CancelScope()
@@ -170,9 +170,43 @@ def mcp_limits(settings: Settings) -> McpLimits:
     return limits
 
 
+# --distributed: how long a shutdown waits for the engine thread to close its engine (and
+# tell the other ranks to stop) before leaving it behind, hung in a collective.
+ABANDON_AFTER = 10.0
+
+
+def checked_catalog(settings: Settings) -> tuple[ModelSpec, ...]:
+    """The models to serve, each checked before anything loads (a SettingsError naming the
+    flag); under --distributed, one a group of ranks can serve."""
+    specs = catalog(settings)
+    for spec in specs:
+        check_model(spec.path)
+        check_options(load_options(settings, spec))
+        if settings.distributed != "off" and vision_config(spec.path) is not None:
+            raise SettingsError(f"--distributed {settings.distributed}: --model {spec.path} is "
+                                "a vision model, whose image features triode does not yet "
+                                "compute in lockstep on every rank")
+    return specs
+
+
 def load_options(settings: Settings, spec: ModelSpec) -> LoadOptions:
+    """Under --distributed, `--cpu-weights auto` is the weights as stored: `auto` decides
+    from the memory each machine has, and every rank must run the same precision."""
+    cpu_weights = settings.cpu_weights
+    if settings.distributed != "off" and cpu_weights == "auto":
+        cpu_weights = "native"
     return LoadOptions(tool_format=spec.tool_format, chat_template=spec.chat_template,
-                       cpu_weights=settings.cpu_weights)
+                       cpu_weights=cpu_weights)
+
+
+def follow(settings: Settings) -> None:
+    """A rank other than 0 of `--distributed`: only the engine, on its shard, applying rank
+    0's step records until rank 0's engine ends (or the group breaks: what broke it is
+    raised). No HTTP, no stores, no actors."""
+    (spec,) = checked_catalog(settings)
+    engine = Engine(engine_options(settings, spec))
+    engine.run(lambda *step: (), lambda info, tokenizer: log.info(
+        "rank serving its shard of %s (--distributed %s)", spec.id, settings.distributed))
 
 
 def startup_error(exc: BaseException) -> SettingsError | None:
@@ -205,7 +239,8 @@ def engine_options(settings: Settings, spec: ModelSpec) -> EngineOptions:
         speculative=spec.speculative, attention_window=spec.attention_window,
         prompt_cache_dir=prompt_cache_dir(settings, spec),
         prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
-        load_options=load_options(settings, spec))
+        load_options=load_options(settings, spec), distributed=settings.distributed,
+        watchdog=settings.distributed_watchdog)
 
 
 def prompt_cache_dir(settings: Settings, spec: ModelSpec) -> str | None:
@@ -219,7 +254,8 @@ def prompt_cache_dir(settings: Settings, spec: ModelSpec) -> str | None:
 
 
 async def start_models(nursery: trio.Nursery, settings: Settings,
-                       specs: tuple[ModelSpec, ...]) -> ModelsHandle:
+                       specs: tuple[ModelSpec, ...], group: GroupFailure | None = None
+                       ) -> ModelsHandle:
     """The engine host and the models registry in `nursery`; the first --model is loaded
     before this returns (a failure: a SettingsError naming --model)."""
     if settings.prompt_cache_dir is not None:
@@ -228,11 +264,14 @@ async def start_models(nursery: trio.Nursery, settings: Settings,
         except OSError as exc:
             raise SettingsError(f"--prompt-cache-dir: {settings.prompt_cache_dir}: cannot "
                                 f"write there ({exc.strerror or exc})") from None
-    host: EngineHost = await nursery.start(EngineHost().run)
+    host: EngineHost = await nursery.start(EngineHost(
+        abandon_after=ABANDON_AFTER if settings.distributed != "off" else None).run)
     models: ModelsHandle = await nursery.start(ModelsRegistry(
         specs, host=host, engine_options=lambda spec: engine_options(settings, spec),
         max_queue=settings.max_queue, max_loaded_models=settings.max_loaded_models,
-        max_model_memory=settings.max_model_memory, autoload=not settings.no_autoload).run)
+        max_model_memory=settings.max_model_memory, autoload=not settings.no_autoload,
+        actor_factory=lambda options, host, max_queue: ModelActor(
+            options, host=host, max_queue=max_queue, group=group)).run)
     return models
 
 
@@ -278,7 +317,8 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
                            specs: tuple[ModelSpec, ...], backend: Backend,
                            blas: str, task_status: trio.TaskStatus[Handles]) -> None:
     """The actors in `nursery`; reports their Handles once every one has started."""
-    models = await start_models(nursery, settings, specs)
+    group = GroupFailure() if settings.distributed != "off" else None
+    models = await start_models(nursery, settings, specs, group)
     registry: RegistryHandle = await nursery.start(Registry(
         background_max_jobs=settings.responses_background_max_jobs).run)
     responses: ResponseStoreHandle = await nursery.start(ResponseStore(
@@ -318,5 +358,5 @@ async def _start_actors_on(nursery: trio.Nursery, settings: Settings, tenants: T
     task_status.started(Handles(
         turns=turns, conversations=Conversations(conversations), models=models,
         registry=registry, stores=stores, blas=blas, tenants=tenants,
-        limits=limits,
+        limits=limits, group=group,
         monitor=monitor, board=board, mcp=pool))

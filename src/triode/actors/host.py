@@ -112,10 +112,15 @@ class _Hosted:
 class EngineHost:
     """Started once per process (system.py), before the model actors."""
 
-    def __init__(self, release: Callable[[], None] = memory.release) -> None:
+    def __init__(self, release: Callable[[], None] = memory.release, *,
+                 abandon_after: float | None = None) -> None:
         """`release`: run in the host thread after an engine ends, so the memory its model
-        held returns (model/memory.py)."""
+        held returns (model/memory.py). `abandon_after`: at shutdown, how long to wait for
+        the thread to close its engines before leaving it behind (None: as long as it
+        takes). Under --distributed a step can hang inside a collective for good (a rank
+        stalled); the process then exits without that thread."""
         self._release = release
+        self._abandon_after = abandon_after
         self._condition = threading.Condition(threading.Lock())
         self._engines: list[_Hosted] = []
         self._closing = False
@@ -133,9 +138,42 @@ class EngineHost:
             nursery.start_soon(self._close_when_cancelled)
             task_status.started(self)
             try:
-                await trio.to_thread.run_sync(self._loop, limiter=trio.CapacityLimiter(1))
+                if self._abandon_after is None:
+                    await trio.to_thread.run_sync(self._loop, limiter=trio.CapacityLimiter(1))
+                else:
+                    await self._run_abandonable(self._abandon_after)
             finally:
                 nursery.cancel_scope.cancel()
+
+    async def _run_abandonable(self, bound: float) -> None:
+        """The host thread as a daemon thread, waited for up to `bound` seconds once
+        cancelled (it closes its engines meanwhile)."""
+        ended = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def loop() -> None:
+            try:
+                self._loop()
+            finally:
+                try:
+                    token.run_sync_soon(ended.set)
+                except trio.RunFinishedError:
+                    pass
+
+        threading.Thread(target=loop, name="triode-engine-host", daemon=True).start()
+        try:
+            await ended.wait()
+        finally:
+            with trio.move_on_after(bound, shield=True):
+                await ended.wait()
+            if not ended.is_set():
+                log.error("the engine thread did not end within %g s (a collective hangs); "
+                          "leaving it behind", bound)
+                with self._condition:
+                    left, self._engines = self._engines, []
+                for hosted in left:   # their actors stop waiting for them
+                    hosted.finished(outcome.Error(EngineStopping(
+                        "the engine thread was left behind")))
 
     async def _close_when_cancelled(self) -> None:
         try:

@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ..model.engine import Command, StepOutput
+from ..model.lockstep import RankFigures
 from ..model.request import GenerationRequest
 from ..model.speculative_stats import SpeculationStatistics
 from .mailbox import ReplyChannel as Reply
@@ -74,6 +75,16 @@ class ModelStatistics:
     prompt_cache: PromptCacheStatistics
     generation: GenerationStatistics
     speculation: SpeculationStatistics | None = None   # None: --speculative off
+    distributed: DistributedStatistics | None = None   # None: one process
+
+
+@attrs.frozen
+class DistributedStatistics:
+    """--distributed: the group of ranks rank 0's engine leads."""
+
+    mode: str                         # pipeline or tensor
+    ranks: tuple[RankFigures, ...]    # each rank's engine figures, as last gathered
+    failure: str | None               # why the group failed; None: it serves
 
 
 @attrs.frozen

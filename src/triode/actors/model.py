@@ -11,6 +11,11 @@ handles a step's outputs counts as such a death: that engine is stopped and repl
 `MAX_RESTARTS` deaths within `RESTART_WINDOW` seconds it gives up and refuses new requests
 (500).
 
+Under `--distributed` (model/lockstep.py) the engine is rank 0 of a group and cannot be
+replaced alone: its death, or no step within `--distributed-watchdog` seconds while requests
+run (a rank stalled), fails the group (`GroupFailure`): every held request ends as above,
+new ones get a 503, and the CLI acts as `--distributed-on-failure` says.
+
 It is also the one owner of generation's figures (`statistics()`): token counts, how each
 sequence ended, and the latency histograms, timed from the Submit that asked for a slot.
 """
@@ -21,6 +26,7 @@ import bisect
 import functools
 import itertools
 import logging
+import time
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
@@ -28,10 +34,11 @@ from typing import Any, AsyncIterator, Callable
 import attrs
 import trio
 
-from ..errors import InvalidRequest, Overloaded, ServerError
+from ..errors import InvalidRequest, ModelUnavailable, Overloaded, ServerError
 from ..model.engine import (Command, Engine, EngineOptions, Insert, Remove, Step,
                             StepOutput)
 from ..model.loading import ModelInfo
+from ..model.lockstep import RankFigures
 from ..model.prompt_cache import CacheFigures
 from ..model.request import GenerationRequest, Rendered
 from ..model.speculative_stats import SpeculationStatistics
@@ -39,9 +46,10 @@ from ..model.vision import prompter_of
 from ..responses.items import message_images
 from .host import EngineHost, EngineStopping, SteppedEngine
 from .mailbox import answer, ask
-from .messages import (Admission, GenerationStatistics, HistogramStatistics, ModelMessage,
-                       ModelStatistics, ModelStatisticsRequest, PromptCacheStatistics, Release,
-                       Rendering, Submit)
+from .messages import (Admission, DistributedStatistics, GenerationStatistics,
+                       HistogramStatistics, ModelMessage, ModelStatistics,
+                       ModelStatisticsRequest, PromptCacheStatistics, Release, Rendering,
+                       Submit)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,23 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25
                  2.5)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
                     600.0, 1200.0)
+
+
+WATCHDOG_POLL = 0.5       # seconds between two looks of the --distributed watchdog
+
+
+@attrs.define(eq=False)
+class GroupFailure:
+    """--distributed: why the group of ranks failed, set once by rank 0's model actor; the
+    CLI waits on it (`--distributed-on-failure`)."""
+
+    failed: trio.Event = attrs.Factory(trio.Event)
+    reason: str | None = None
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.failed.set()
 
 
 class Histogram:
@@ -257,11 +282,13 @@ class ModelActor:
     def __init__(self, engine: EngineOptions, *, host: EngineHost | None = None,
                  max_queue: int,
                  engine_factory: Callable[[EngineOptions], SteppedEngine] = Engine,
-                 stream_buffer: int = STREAM_BUFFER_STEPS):
+                 stream_buffer: int = STREAM_BUFFER_STEPS,
+                 group: GroupFailure | None = None):
         """`engine`: every engine knob, handed whole to each engine this actor starts
         (`engine_factory`: a test's fake engine). `host`: the process's one engine thread,
         which steps this actor's engine among the other models' (None: a host of its own,
-        started with the actor: a model actor alone, in tools and tests)."""
+        started with the actor: a model actor alone, in tools and tests). `group`: under
+        --distributed, where a failure of the group of ranks is reported."""
         self._options = engine
         self._own_host = host is None
         self._host = host or EngineHost()
@@ -272,6 +299,12 @@ class ModelActor:
         self._speculation: SpeculationStatistics | None = None
         self._speculation_before = SpeculationStatistics()
         self._max_queue = max_queue
+        self._group = group if engine.distributed != "off" else None
+        self._ranks: tuple[RankFigures, ...] = ()   # every rank's figures, last gathered
+        # The watchdog's clock (time.monotonic): the last step (set in the host thread) and
+        # when requests last started running on an idle engine.
+        self._last_step = 0.0
+        self._busy_since = 0.0
         self._stream_buffer = stream_buffer
         self._next_uid = 0
         self._active: dict[int, _Request] = {}
@@ -321,6 +354,8 @@ class ModelActor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             info, tokenizer = await nursery.start(self._run_engine, send)
+            if self._group is not None:
+                nursery.start_soon(self._watchdog)
             task_status.started(ModelHandle(send, info, tokenizer, self._serving))
             with inbox:   # once the actor ends (its model unloads), asking it fails at once
                 await self._handle_messages(inbox)
@@ -357,10 +392,12 @@ class ModelActor:
 
         def started(info: ModelInfo, tokenizer: Any) -> None:
             nonlocal loaded
-            trio.from_thread.run_sync(self._engine_started)
+            # (the host thread may be a daemon thread of its own: EngineHost.abandon_after)
+            trio.from_thread.run_sync(self._engine_started, trio_token=self._token)
             if not loaded:  # the first load hands out the handle; a restart only says so
                 loaded = True
-                trio.from_thread.run_sync(task_status.started, (info, tokenizer))
+                trio.from_thread.run_sync(task_status.started, (info, tokenizer),
+                                          trio_token=self._token)
 
         async def stop_on_cancel() -> None:
             try:
@@ -386,6 +423,10 @@ class ModelActor:
                     nursery.cancel_scope.cancel()
             if died is None:
                 return  # the Cancelled of the enclosing scope follows
+            if self._group is not None and self._serving.is_set():
+                # A rank's engine cannot be replaced alone: the group has failed.
+                self._fail_group(f"{type(died).__name__}: {died}")
+                return
             if not self._serving.is_set():
                 # Failed while loading the first time (its weights, or before): the model
                 # cannot serve; requests that waited for it end.
@@ -416,10 +457,11 @@ class ModelActor:
         engine's next step."""
         if self._token is None:
             return
+        self._last_step = time.monotonic()
         if not self._stepped:
             self._stepped = True
             self._token.run_sync_soon(self._serving.set)
-        if step.outputs or step.speculation is not None:
+        if step.outputs or step.speculation is not None or step.ranks is not None:
             self._token.run_sync_soon(self._guarded_step, step)
 
     # ---- state changes (only ever called from the trio thread: the actor loop, or `_step`
@@ -429,6 +471,10 @@ class ModelActor:
         if self._arrivals.rendered:
             self._arrivals.rendered -= 1
         if self._engine_gone is not None:
+            if self._group is not None:
+                raise ModelUnavailable(f"the model's group of ranks failed "
+                                       f"({self._engine_gone}); it is not serving",
+                                       retry_after_secs=30)
             raise ServerError(f"the generation engine is not running ({self._engine_gone})")
         if len(self._active) >= self._options.parallel and len(self._waiting) >= self._max_queue:
             self._rejected += 1
@@ -449,6 +495,8 @@ class ModelActor:
         self._waiting.insert(after, req)
 
     def _admit(self, req: _Request) -> None:
+        if not self._active:
+            self._busy_since = time.monotonic()
         self._active[req.uid] = req
         self._admitted += 1
         self._queue_wait.observe(trio.current_time() - req.submitted)
@@ -499,6 +547,8 @@ class ModelActor:
             self._speculation = msg.speculation
         if msg.prompt_cache is not None:
             self._prompt_cache = msg.prompt_cache
+        if msg.ranks is not None:
+            self._ranks = msg.ranks
         now = trio.current_time()
         for out in msg.outputs:
             req = self._active.get(out.uid)
@@ -572,6 +622,31 @@ class ModelActor:
             self._arrivals.rendered = 0  # a rendered request that failed never Submits
             self._flush(force=True)
 
+    async def _watchdog(self) -> None:
+        """--distributed: a step must complete within --distributed-watchdog seconds while
+        requests run. A rank that stalls (or a link that hangs) holds every rank inside a
+        collective, where nothing returns or raises: this is how it is noticed."""
+        limit = self._options.watchdog
+        while self._engine_gone is None:
+            await trio.sleep(WATCHDOG_POLL)
+            if not self._active or not self._engine_alive:
+                continue
+            quiet = time.monotonic() - max(self._last_step, self._busy_since)
+            if quiet > limit:
+                self._fail_group(f"no engine step completed in {quiet:.0f} s "
+                                 f"(--distributed-watchdog {limit:g}) with {len(self._active)} "
+                                 "requests running: a rank stalled or its link hangs")
+
+    def _fail_group(self, reason: str) -> None:
+        """The group of ranks is dead: requests end, new ones are refused, the CLI is told.
+        A step that still completes later is dropped (the engine counts as dead)."""
+        assert self._group is not None
+        log.error("--distributed: the group failed: %s", reason)
+        self._engine_gone = reason
+        self._engine_stopped(RuntimeError(reason))
+        self._link.stop()
+        self._group.fail(reason)
+
     def _engine_started(self) -> None:
         self._restarts += self._engine_error is not None
         self._engine_alive = True
@@ -620,7 +695,9 @@ class ModelActor:
                 time_to_first_token=self._first_token.statistics(),
                 time_per_output_token=self._per_token.statistics(),
                 duration=self._duration.statistics()),
-            speculation=self._speculation_statistics())
+            speculation=self._speculation_statistics(),
+            distributed=None if self._group is None else DistributedStatistics(
+                self._options.distributed, self._ranks, self._group.reason))
 
     def _speculation_statistics(self) -> SpeculationStatistics | None:
         """None with speculation off."""

@@ -33,8 +33,8 @@ import attrs
 import outcome
 import trio
 
-from ..errors import (APIError, ModelBusy, ModelLoadFailed, ModelNotFound, ModelNotLoaded,
-                      ModelUnavailable, NotFound)
+from ..errors import (APIError, InvalidRequest, ModelBusy, ModelLoadFailed, ModelNotFound,
+                      ModelNotLoaded, ModelUnavailable, NotFound)
 from ..model import memory
 from ..model.catalog import ModelSpec, kv_budget, weight_bytes
 from ..model.engine import EngineOptions
@@ -323,6 +323,10 @@ class ModelsRegistry:
     def _unload_by_request(self, spec_id: str, reply: ReplyChannel[Any]) -> None:
         """Unloads an idle model; `reply` is answered once it has (its memory is back)."""
         model = self._models[spec_id]
+        if self._engine_options(model.spec).distributed != "off":
+            raise InvalidRequest(f"model '{spec_id}' is sharded over a group of ranks "
+                                 "(--distributed); it stays loaded while the server runs",
+                                 param="model")
         if model.busy:
             raise ModelBusy(f"model '{spec_id}' is in use ({len(model.leases)} request(s) "
                             f"running or queued, {len(model.waiters)} waiting for its load); "

@@ -20,10 +20,11 @@ from prometheus_client.process_collector import ProcessCollector
 from quart import Response, current_app
 
 from ..storage.budget import BudgetStatistics
-from ..actors.messages import HistogramStatistics
+from ..actors.messages import DistributedStatistics, HistogramStatistics
 from ..actors.mcp import McpStatistics, ServerFigures
 from ..actors.models import ModelView
 from ..actors.registry import RegistryStatistics
+from ..model.lockstep import RankFigures
 from ..model.speculative_stats import SpeculationStatistics
 from ..service import figures
 from ..system import Handles
@@ -247,7 +248,35 @@ def model_metrics(h: Handles, f: figures.Figures) -> list[Metric]:
         families.append(gauge("triode_blas_threads", "MKL's thread cap", info.blas_threads))
     if model.speculation is not None:
         families += speculation_metrics(model.speculation)
+    if model.distributed is not None:
+        families += distributed_metrics(model.distributed)
     return families
+
+
+def distributed_metrics(d: DistributedStatistics) -> list[Metric]:
+    """--distributed: the group's state and each rank's engine figures, as last gathered
+    (every GATHER_EVERY steps: model/lockstep.py)."""
+    def per_rank(family: CounterMetricFamily, value: Callable[[RankFigures], float]
+                 ) -> Metric:
+        return labelled(family, (([str(r.rank)], value(r)) for r in d.ranks))
+
+    return [
+        gauge("triode_distributed_ranks", "ranks in the group (--distributed)", len(d.ranks)),
+        gauge("triode_distributed_up", "1 while the group serves; 0 once a rank died, "
+              "stalled or disconnected", int(d.failure is None)),
+        per_rank(CounterMetricFamily("triode_distributed_steps_total",
+                                     "forward passes each rank ran", labels=["rank"]),
+                 lambda r: r.steps),
+        per_rank(CounterMetricFamily("triode_distributed_step_seconds_total",
+                                     "each rank's time in forward passes (compute and the "
+                                     "model's own collectives)", labels=["rank"]),
+                 lambda r: r.step_seconds),
+        per_rank(CounterMetricFamily("triode_distributed_record_seconds_total",
+                                     "each rank's time in the step records' collectives (a "
+                                     "follower's includes waiting for rank 0)",
+                                     labels=["rank"]),
+                 lambda r: r.record_seconds),
+    ]
 
 
 def speculation_metrics(st: SpeculationStatistics) -> list[Metric]:

@@ -211,6 +211,7 @@ async def snapshot(h: Handles, access: AccessLog, who: Caller, remote: RemoteJob
         "cancellable": responses is not None and responses.max_entries > 0,
         "engine": {"alive": model.engine_alive, "restarts": model.engine_restarts,
                    "error": model.engine_error},
+        "distributed": figures.distributed_health(model.distributed),
         "slots": {"total": model.slots_total, "busy": model.slots_busy},
         "queue": {"depth": model.queue_depth, "max": model.queue_max},
         "rendering": model.rendering, "tasks": f.tasks,

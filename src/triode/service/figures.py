@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from ..storage.budget import BudgetStatistics
-from ..actors.messages import ModelStatistics
+from ..actors.messages import DistributedStatistics, ModelStatistics
 from ..actors.model import idle_statistics
 from ..actors.models import ModelsHandle, ModelView
 from ..actors.registry import RegistryHandle, RegistryStatistics
@@ -178,6 +178,7 @@ class Health(TypedDict):
     generation: Generation
     prompt_cache: dict[str, int]                 # PromptCacheStatistics' fields
     speculation: SpeculationHealth | None        # None: --speculative off
+    distributed: DistributedHealth | None        # None: one process (no --distributed)
     responses: ResponsesHealth
     tasks: int
     stores: dict[str, dict[str, Any] | None]     # BudgetStatistics' fields; None: unreachable
@@ -221,6 +222,7 @@ def health(f: Figures, stores: Stores, *, blas: str) -> Health:
                        "rejected": m.requests_rejected, "rendering": m.rendering},
         "prompt_cache": attrs.asdict(m.prompt_cache),
         "speculation": speculation_health(m.speculation),
+        "distributed": distributed_health(m.distributed),
         "responses": {"live": registry.live, "started": registry.started,
                       "background_jobs": registry.background_jobs,
                       "background_max_jobs": registry.background_max_jobs},
@@ -228,6 +230,30 @@ def health(f: Figures, stores: Stores, *, blas: str) -> Health:
         "stores": {store: None if st is None else attrs.asdict(st)
                    for store, st in f.stores.items()},
     }
+
+
+class RankHealth(TypedDict):
+    rank: int
+    steps: int
+    step_seconds: float
+    record_seconds: float
+
+
+class DistributedHealth(TypedDict):
+    """--distributed: the group of ranks (docs/deployment.md)."""
+
+    mode: str
+    ranks: list[RankHealth]
+    failure: str | None
+
+
+def distributed_health(d: DistributedStatistics | None) -> DistributedHealth | None:
+    if d is None:
+        return None
+    return {"mode": d.mode, "failure": d.failure,
+            "ranks": [{"rank": r.rank, "steps": r.steps,
+                       "step_seconds": round(r.step_seconds, 6),
+                       "record_seconds": round(r.record_seconds, 6)} for r in d.ranks]}
 
 
 def speculation_health(st: SpeculationStatistics | None) -> SpeculationHealth | None:

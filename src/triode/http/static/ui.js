@@ -262,6 +262,17 @@ function storeNode(name, st) {
 
 const TREE_SUPERVISORS = 12;
 
+// --distributed: each rank under the engine thread rank 0 runs (none in one process).
+function rankNodes(d) {
+  if (!d) return [];
+  return d.ranks.map((r) => node("rank " + r.rank, r.rank === 0 ? d.mode + ", leads" : d.mode + ", follows", [
+    el("span", { class: "fig" }, el("span", { class: "dot" + (d.failure ? " down" : ""), "aria-hidden": "true" }), " ", d.failure ? "failed" : "in step"),
+    fig("steps", fmtInt(r.steps), { "data-rank": r.rank, "data-field": "steps", "data-value": r.steps }),
+    fig("step time", fmtSecs(r.step_seconds)),
+    fig("record time", fmtSecs(r.record_seconds)),
+  ]));
+}
+
 function renderTree(s) {
   const engine = s.engine;
   const cache = s.prompt_cache;
@@ -277,7 +288,7 @@ function renderTree(s) {
       el("span", { class: "fig" }, el("span", { class: "dot" + (engine.alive ? "" : " down"), "aria-hidden": "true" }), " ", engine.alive ? "alive" : "down"),
       fig("restarts", String(engine.restarts), { "data-field": "engine.restarts", "data-value": engine.restarts }),
       engine.error ? fig("last error", engine.error) : null,
-    ].filter(Boolean)),
+    ].filter(Boolean), rankNodes(s.distributed)),
     node("prompt cache", cache.max_bytes ? "" : "off", [
       fig("entries", fmtInt(cache.entries)),
       fig("bytes", fmtBytes(cache.bytes) + " / " + fmtBytes(cache.max_bytes)),
