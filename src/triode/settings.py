@@ -286,6 +286,10 @@ class Settings:
         60.0, "--distributed: seconds without a completed engine step, while work is queued, "
         "after which rank 0 takes the group for dead (/health 503, the responses in flight "
         "end failed)")
+    distributed_control: str | None = flag(
+        None, "--distributed: the address on the group's network where rank 0 takes the other "
+        "ranks' control links (the step records); default: rank 0's address in mlx.launch's "
+        "ring hostfile, or the jaccl coordinator's")
     distributed_on_failure: str = flag(
         "exit", "--distributed: what rank 0 does once a rank died, stalled or disconnected: "
         "`exit` shuts down (exit status 1, the other ranks end with it; a service manager "

@@ -240,7 +240,8 @@ def engine_options(settings: Settings, spec: ModelSpec) -> EngineOptions:
         prompt_cache_dir=prompt_cache_dir(settings, spec),
         prompt_cache_disk_bytes=settings.prompt_cache_disk_bytes,
         load_options=load_options(settings, spec), distributed=settings.distributed,
-        watchdog=settings.distributed_watchdog)
+        watchdog=settings.distributed_watchdog,
+        distributed_control=settings.distributed_control)
 
 
 def prompt_cache_dir(settings: Settings, spec: ModelSpec) -> str | None:

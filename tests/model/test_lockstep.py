@@ -4,7 +4,7 @@ keeping and evicting every rank must do alike)."""
 
 from __future__ import annotations
 
-import pickle
+import socket
 
 import pytest
 
@@ -18,25 +18,32 @@ from triode.model.request import GenerationRequest, Sampling
 GRAMMAR = Grammar('start: "<tool_call>" /[a-z]+/', (("TC", "<tool_call>"),))
 
 
-class Channel(lockstep.Lockstep):
-    """A Lockstep whose broadcast is a list: rank 0's record goes straight to a follower."""
+class Group:
+    def __init__(self, size: int, rank: int = 0):
+        self._size, self._rank = size, rank
 
-    def __init__(self, rank: int, wire: list[bytes]):
-        self.rank, self.size, self.broken, self.ranks = rank, 2, False, ()
-        self._unchecked, self._since_gather = [], 0
-        self._record_seconds = 0.0
-        self.wire = wire
+    def size(self) -> int:
+        return self._size
 
-    def _share(self, data):
-        if data is not None:
-            self.wire.append(data)
-            return data
-        return self.wire.pop(0)
+    def rank(self) -> int:
+        return self._rank
+
+
+def linked(followers: int = 1) -> tuple[lockstep.Lockstep, list[lockstep.Lockstep]]:
+    """Rank 0 and its followers over real control links (socket pairs)."""
+    leader = lockstep.Lockstep(Group(followers + 1), None)
+    others = []
+    for rank in range(1, followers + 1):
+        mine, theirs = socket.socketpair()
+        leader._links.append(mine)
+        follower = lockstep.Lockstep(Group(followers + 1, rank), None)
+        follower._links = [theirs]
+        others.append(follower)
+    return leader, others
 
 
 def test_a_record_carries_the_commands_whole_and_the_tokens_to_check():
-    wire: list[bytes] = []
-    leader, follower = Channel(0, wire), Channel(1, wire)
+    leader, (follower,) = linked()
     request = GenerationRequest([1, 2, 3], 9, Sampling(temperature=0.7, seed=5),
                                 grammar=GRAMMAR, top_logprobs=2, cache_key="k")
     leader.sampled(4, 17)
@@ -49,8 +56,7 @@ def test_a_record_carries_the_commands_whole_and_the_tokens_to_check():
 
 
 def test_a_follower_that_sampled_another_token_stops():
-    wire: list[bytes] = []
-    leader, follower = Channel(0, wire), Channel(1, wire)
+    leader, (follower,) = linked()
     leader.sampled(1, 5)
     follower.sampled(1, 6)
     leader.lead(lockstep.StepRecord(run=True))
@@ -59,29 +65,47 @@ def test_a_follower_that_sampled_another_token_stops():
 
 
 def test_figures_are_gathered_every_so_many_forward_passes():
-    wire: list[bytes] = []
-    leader = Channel(0, wire)
+    leader, _ = linked()
     flags = [leader.lead(lockstep.StepRecord(run=True)).gather
              for _ in range(2 * lockstep.GATHER_EVERY)]
     assert flags.count(True) == 2 and flags[lockstep.GATHER_EVERY - 1]
     assert not leader.lead(lockstep.StepRecord(stop=True)).gather
 
 
-def test_a_long_record_survives_the_frame(monkeypatch):
-    """Past FRAME bytes the rest goes in a second collective: the record is whole."""
-    record = lockstep.StepRecord((Insert(1, GenerationRequest(list(range(5000)), 3)),))
-    assert len(pickle.dumps(record)) > lockstep.FRAME
-    wire: list[bytes] = []
-    Channel(0, wire).lead(record)
-    assert Channel(1, wire).follow().commands == record.commands
+def test_a_long_record_reaches_every_follower_whole():
+    record = lockstep.StepRecord((Insert(1, GenerationRequest(list(range(50_000)), 3)),))
+    leader, followers = linked(3)
+    leader.lead(record)
+    assert all(f.follow().commands == record.commands for f in followers)
 
 
-class Group:
-    def __init__(self, size: int):
-        self._size = size
+def test_a_follower_gone_breaks_the_group_at_the_next_step():
+    leader, (follower,) = linked()
+    follower.close()
+    with pytest.raises(ConnectionError, match="rank 1 closed its control link"):
+        leader.lead(lockstep.StepRecord(run=True))
+    assert leader.broken
 
-    def size(self) -> int:
-        return self._size
+
+def test_rank_0_gone_ends_a_follower():
+    leader, (follower,) = linked()
+    leader.close()
+    with pytest.raises(ConnectionError, match="the control link to rank 0 broke"):
+        follower.follow()
+
+
+def test_rank_0_s_address_comes_from_the_launcher(tmp_path, monkeypatch):
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text('[["10.0.0.7:5000"], ["10.0.0.8:5000"]]')
+    monkeypatch.setenv("MLX_HOSTFILE", str(hosts))
+    assert lockstep.control_address() == "10.0.0.7"
+    assert lockstep.control_address("192.168.1.2") == "192.168.1.2"
+    monkeypatch.delenv("MLX_HOSTFILE")
+    monkeypatch.setenv("MLX_JACCL_COORDINATOR", "10.1.1.1:32323")
+    assert lockstep.control_address() == "10.1.1.1"
+    monkeypatch.delenv("MLX_JACCL_COORDINATOR")
+    with pytest.raises(SettingsError, match="--distributed-control"):
+        lockstep.control_address()
 
 
 def test_what_cannot_be_sharded_is_said_in_one_line():

@@ -340,6 +340,7 @@ class EngineOptions:
     load_options: LoadOptions = LoadOptions()   # --tool-format, --chat-template, ...
     distributed: str = "off"            # --distributed: pipeline or tensor (lockstep.py)
     watchdog: float = 0.0               # --distributed-watchdog: seconds without a step
+    distributed_control: str | None = None   # --distributed-control: rank 0's address
 
     @property
     def prefill_batch(self) -> int:
@@ -400,7 +401,8 @@ class Engine:
         stream = take_stream()
         # The records' collectives go on the generator's stream, after the forward pass it
         # may still be computing (BatchGenerator evaluates the next step asynchronously).
-        lock = None if group is None else lockstep.Lockstep(group, stream)
+        lock = None if group is None else lockstep.Lockstep(group, stream,
+                                                            o.distributed_control)
         generator: Any = BatchGenerator(   # mlx-lm's, untyped
             model,
             stop_tokens=[[t] for t in info.eos_token_ids],
@@ -567,6 +569,8 @@ class Engine:
                     lock.lead(lockstep.StepRecord(stop=True))
                 except Exception as exc:
                     log.warning("--distributed: the ranks could not be told to stop (%s)", exc)
+            if lock is not None:
+                lock.close()
             kernels.close()
             generator.close()
             give_back_stream(stream)

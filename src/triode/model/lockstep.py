@@ -17,18 +17,30 @@ What cannot be made identical on every rank yet is refused before anything loads
 quantized KV cache, the prompt cache's disk tier and speculative decoding (its drafting is
 guarded by timings each rank would measure alone).
 
-A record is pickled and broadcast by `all_sum` (the followers add zeros): one collective
-of FRAME bytes per step, a second one for a record larger than that (one with a long
-prompt). The ranks are one deployment's own processes, started by the same command: a
-record is trusted as the weights are.
+A record goes from rank 0 to each follower over a TCP connection of their own (the control
+link), not through MLX's collectives: MLX's ring backend busy-polls while it waits, so a
+follower waiting in a collective for the next request would burn a core for as long as the
+server idles, and its socket errors can leave a queued collective waiting forever (mlx
+#3862). On the control link a follower blocks in `recv` (no CPU), a follower's death is a
+send error at rank 0 at once, and rank 0's death is an end of stream at each follower. The
+link is made at start: rank 0 listens on its address on the group's network (the launcher's
+hostfile names it, or `--distributed-control`), the port and a random secret go to every rank
+through one collective, and each follower connects and presents the secret; rank 0 accepts
+exactly the group's other ranks and closes its listener. A record is a pickle (the ranks are
+one deployment's processes, started by the same command, and only they know the secret).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import secrets
+import select
+import socket
+import struct
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import attrs
@@ -36,9 +48,10 @@ import attrs
 from ..errors import SettingsError
 
 MODES = ("off", "pipeline", "tensor")
-FRAME = 4096          # bytes of a step record carried by the step's one collective
-LENGTH = 8            # of them: the record's length
 GATHER_EVERY = 32     # steps between two gatherings of every rank's figures
+CONNECT_SECONDS = 60.0   # for the followers to connect the control link at start
+LENGTH = struct.Struct("<Q")   # a record's length, before it on the control link
+SECRET_BYTES = 16
 
 
 class Diverged(RuntimeError):
@@ -75,6 +88,29 @@ def rank_of_environment() -> int | None:
     (`MLX_RANK`); None when it is not set."""
     value = os.environ.get("MLX_RANK")
     return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def control_address(explicit: str | None = None) -> str:
+    """Rank 0's address on the group's network, where the control link listens: `explicit`
+    (--distributed-control), else rank 0's entry in the ring backend's hostfile, else the
+    jaccl backend's coordinator. A SettingsError when none says."""
+    if explicit:
+        return explicit
+    hostfile = os.environ.get("MLX_HOSTFILE")
+    if hostfile:
+        try:
+            hosts = json.loads(Path(hostfile).read_text())
+        except (OSError, ValueError):
+            hosts = None
+        if isinstance(hosts, list) and hosts and isinstance(hosts[0], list) and hosts[0] \
+                and isinstance(hosts[0][0], str):
+            return hosts[0][0].rsplit(":", 1)[0]
+    coordinator = os.environ.get("MLX_JACCL_COORDINATOR")
+    if coordinator:
+        return coordinator.rsplit(":", 1)[0]
+    raise SettingsError("--distributed-control: the launcher's environment does not say "
+                        "rank 0's address (no ring hostfile, no jaccl coordinator); give the "
+                        "address the other ranks reach rank 0 at")
 
 
 def join() -> Any:
@@ -154,10 +190,14 @@ def kv_bytes_per_token(model: Any, caches: Sequence[Any]) -> int:
 class Lockstep:
     """This rank's side of the step records (the engine thread's alone)."""
 
-    def __init__(self, group: Any, stream: Any):
-        """`stream`: where the collectives run, in order with the engine's forward passes."""
+    def __init__(self, group: Any, stream: Any, control: str | None = None):
+        """`stream`: where the collectives run, in order with the engine's forward passes.
+        `control`: rank 0's address for the control link (`control_address`)."""
         self.group = group
         self.stream = stream
+        self.control = control
+        self._links: list[socket.socket] = []   # rank 0: one per follower, by rank; else
+                                                # the one to rank 0
         self.rank: int = group.rank()
         self.size: int = group.size()
         self.broken = False             # a collective failed: no further one is tried
@@ -173,21 +213,70 @@ class Lockstep:
         return self.rank == 0
 
     def start(self, per_token: int, prompt_cache_bytes: int) -> int:
-        """Seeds every rank's random state alike (an unseeded request samples from it, in
-        the same order on every rank) and returns the prompt cache's budget in tokens: the
-        bytes asked for over the whole model's KV bytes per token (every rank's summed)."""
+        """Makes the control link; seeds every rank's random state alike (an unseeded
+        request samples from it, in the same order on every rank); returns the prompt
+        cache's budget in tokens: the bytes asked for over the whole model's KV bytes per
+        token (every rank's summed)."""
         import mlx.core as mx
 
-        seed = secrets.randbits(31) if self.leads else 0
-        shared = self._all_sum(mx.array([seed, per_token], dtype=mx.int64))
-        seed, whole = (int(v) for v in shared.tolist())
+        listener = None
+        if self.leads:
+            listener = socket.create_server((control_address(self.control), 0))
+            port = listener.getsockname()[1]
+            words = [secrets.randbits(31), port,
+                     *struct.unpack("<4i", secrets.token_bytes(SECRET_BYTES))]
+        else:
+            words = [0] * (2 + SECRET_BYTES // 4)
+        shared = [int(v) for v in self._all_sum(mx.array(
+            [*words, per_token], dtype=mx.int64)).tolist()]
+        seed, port, whole = shared[0], shared[1], shared[-1]
+        secret = struct.pack("<4i", *shared[2:-1])
+        if listener is not None:
+            with listener:
+                self._accept(listener, secret)
+        else:
+            self._connect(control_address(self.control), port, secret)
         mx.random.seed(seed)
         self.gather()   # rank 0 knows its group from the start
         if not prompt_cache_bytes:
             return 0
         return max(1, prompt_cache_bytes // max(1, whole))
 
+    def close(self) -> None:
+        for link in self._links:
+            link.close()
+        self._links = []
+
     # ---- rank 0 ---------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket, secret: bytes) -> None:
+        """Every other rank's control link, each presenting the secret and its rank."""
+        links: dict[int, socket.socket] = {}
+        listener.settimeout(CONNECT_SECONDS)
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while len(links) < self.size - 1:
+            listener.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                raise RuntimeError(f"--distributed: {self.size - 1 - len(links)} ranks did "
+                                   f"not connect the control link in {CONNECT_SECONDS:g} s"
+                                   ) from None
+            conn.settimeout(10)
+            try:
+                hello = _receive(conn, SECRET_BYTES + 4)
+            except OSError:
+                conn.close()
+                continue
+            rank = int.from_bytes(hello[SECRET_BYTES:], "little")
+            if not secrets.compare_digest(hello[:SECRET_BYTES], secret) \
+                    or not 0 < rank < self.size or rank in links:
+                conn.close()   # not one of the group's ranks
+                continue
+            conn.settimeout(None)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            links[rank] = conn
+        self._links = [links[r] for r in sorted(links)]
 
     def lead(self, record: StepRecord) -> StepRecord:
         """Broadcasts rank 0's record (with the tokens sampled since the last one)."""
@@ -198,6 +287,30 @@ class Lockstep:
         return record
 
     # ---- the other ranks ------------------------------------------------------------------
+
+    def _connect(self, host: str, port: int, secret: bytes) -> None:
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:
+            try:
+                link = socket.create_connection((host, port), timeout=10)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        link.settimeout(None)
+        link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link.sendall(secret + self.rank.to_bytes(4, "little"))
+        self._links = [link]
+
+    def _check_followers(self) -> None:
+        """A follower never writes after its hello: a link that reads is one whose rank is
+        gone (its end of stream), found before a step is sent to it."""
+        readable, _, _ = select.select(self._links, [], [], 0)
+        for link in readable:
+            if not link.recv(1):
+                rank = self._links.index(link) + 1
+                raise ConnectionError(f"rank {rank} closed its control link (it exited)")
 
     def follow(self) -> StepRecord:
         """The next record, once rank 0 sends it; Diverged when this rank sampled other
@@ -237,25 +350,24 @@ class Lockstep:
         return True
 
     def _share(self, data: bytes | None) -> bytes:
-        """rank 0's `data` on every rank: a FRAME-byte all_sum (its length and first bytes),
-        then one for the rest if it is longer."""
-        import mlx.core as mx
-        import numpy as np
-
+        """rank 0's `data` on every rank, over the control link (rank 0 sends, the others
+        receive; None on a follower). A link that fails breaks the group."""
         began = time.perf_counter()
-        frame = np.zeros(FRAME, dtype=np.uint8)
-        if data is not None:
-            frame[:LENGTH] = np.frombuffer(len(data).to_bytes(LENGTH, "little"), np.uint8)
-            head = data[:FRAME - LENGTH]
-            frame[LENGTH:LENGTH + len(head)] = np.frombuffer(head, np.uint8)
-        summed = np.asarray(self._all_sum(mx.array(frame))).tobytes()
-        length = int.from_bytes(summed[:LENGTH], "little")
-        body = summed[LENGTH:LENGTH + length]
-        if length > FRAME - LENGTH:
-            rest = np.zeros(length - (FRAME - LENGTH), dtype=np.uint8)
+        try:
             if data is not None:
-                rest[:] = np.frombuffer(data[FRAME - LENGTH:], np.uint8)
-            body += np.asarray(self._all_sum(mx.array(rest))).tobytes()
+                self._check_followers()
+                frame = LENGTH.pack(len(data)) + data
+                for link in self._links:
+                    link.sendall(frame)
+                body = data
+            else:
+                (length,) = LENGTH.unpack(_receive(self._links[0], LENGTH.size))
+                body = _receive(self._links[0], length)
+        except OSError as exc:
+            self.broken = True
+            raise ConnectionError(f"--distributed: the control link to "
+                                  f"{'a follower' if data is not None else 'rank 0'} "
+                                  f"broke ({exc})") from exc
         self._record_seconds += time.perf_counter() - began
         return body
 
@@ -275,3 +387,15 @@ class Lockstep:
             self.broken = True
             raise
         return out
+
+
+def _receive(link: socket.socket, size: int) -> bytes:
+    """Exactly `size` bytes; an end of stream is a ConnectionError (an OSError)."""
+    chunks = []
+    while size:
+        chunk = link.recv(min(size, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the other end closed the link")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
