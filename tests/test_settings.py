@@ -180,16 +180,6 @@ def test_mcp_limits_at_their_floor_are_accepted(field, value):
     assert getattr(resolve({field: value}, {}), field) == value
 
 
-def test_distributed_turns_speculation_off_unless_it_is_asked_for():
-    assert resolve({}, {}).speculative == "ngram"
-    assert resolve({"distributed": "pipeline"}, {}).speculative == "off"
-    assert resolve({}, {"TRIODE_DISTRIBUTED": "tensor"}).speculative == "off"
-    with pytest.raises(SettingsError, match="--speculative ngram is not kept in lockstep"):
-        resolve({"distributed": "tensor", "speculative": "ngram"}, {})
-    with pytest.raises(SettingsError, match="--speculative ngram is not kept in lockstep"):
-        resolve({"distributed": "tensor"}, {"TRIODE_SPECULATIVE": "ngram"})
-
-
 @pytest.mark.parametrize("seconds, ok", [(0.001, True), (60, True), (0, False), (-1, False)])
 def test_the_distributed_watchdog_must_be_positive(seconds, ok):
     flags = {"distributed": "pipeline", "distributed_watchdog": seconds}

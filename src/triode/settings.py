@@ -279,8 +279,8 @@ class Settings:
         "(`ring` over TCP, `jaccl` over Thunderbolt RDMA), every rank started by the same "
         "command under `mlx.launch` (or with MLX_RANK and MLX_HOSTFILE set): `pipeline` "
         "splits the layers, `tensor` splits each layer's heads and MLP. Rank 0 serves HTTP "
-        "and decides every engine step; the others run only their shard, in lockstep. Under "
-        "it --speculative defaults to off (docs/deployment.md)",
+        "and decides every engine step; the others run only their shard, in lockstep "
+        "(docs/deployment.md)",
         choices=("off", "pipeline", "tensor"))
     distributed_watchdog: float = flag(
         60.0, "--distributed: seconds without a completed engine step, while work is queued, "
@@ -423,9 +423,6 @@ def distributed_problems(s: Settings) -> list[str]:
     if s.prompt_cache_dir is not None:
         problems.append(f"{mode}: --prompt-cache-dir is not kept in lockstep yet (each "
                         "rank's disk tier would load and evict on its own timing)")
-    if s.speculative != "off":
-        problems.append(f"{mode}: --speculative ngram is not kept in lockstep yet (its guard "
-                        "decides from timings each rank measures alone); use --speculative off")
     if not s.distributed_watchdog > 0:
         problems.append(f"--distributed-watchdog must be more than 0 "
                         f"(got {s.distributed_watchdog})")
@@ -504,7 +501,6 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
     cli = cli or {}
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    given: set[str] = set()   # the fields the command line or the environment set
     for f in FLAGS:
         value = cli.get(f.field)
         if value is None:
@@ -518,11 +514,7 @@ def resolve(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
                         raise SettingsError(f"environment variable {name}: {exc}") from None
                     break
         values[f.field] = f.default if value is None else value
-        if value is not None:
-            given.add(f.field)
     values.update(overrides)
-    if values["distributed"] != "off" and "speculative" not in given | set(overrides):
-        values["speculative"] = "off"   # its default under --distributed
     return Settings(**values)
 
 

@@ -38,8 +38,10 @@ def reference(qwen2):
 
 @pytest.fixture(scope="module", params=MODES)
 def group(request, qwen2, tmp_path_factory):
+    """Speculative decoding on (the default), rank 0 choosing each step's drafts: greedy and
+    seeded output is the same as the reference's, which does not speculate."""
     with run_group(tmp_path_factory.mktemp(f"group-{request.param}"), request.param,
-                   qwen2) as g:
+                   qwen2, "--speculative", "ngram") as g:
         yield g
 
 
@@ -179,13 +181,18 @@ def test_twenty_concurrent_requests_with_random_cancels_do_not_hang(group):
 
 
 def test_health_metrics_and_the_live_page_show_every_rank(group):
-    for prompt in PROMPTS:   # past a gathering of the ranks' figures (every 32 steps)
-        answer(group.server, prompt, max_output_tokens=24, temperature=0)
-    health = group.server.health()
+    for i in range(20):   # past a gathering of the ranks' figures (every 32 forward passes)
+        answer(group.server, f"{PROMPTS[i % 3]} {i}", max_output_tokens=24, temperature=0)
+        health = group.server.health()
+        if health["distributed"]["ranks"][0]["steps"]:
+            break
     d = health["distributed"]
     assert d["mode"] in MODES
     assert d["failure"] is None and [r["rank"] for r in d["ranks"]] == [0, 1]
     assert all(r["steps"] > 0 and r["step_seconds"] > 0 for r in d["ranks"])
+    # Rank 0 chose speculative steps, and every rank verified the same drafts.
+    assert health["speculation"]["speculative_steps"] > 0
+    assert health["speculation"]["accepted_tokens"] > 0
     metrics = group.server.http.get("/metrics").text
     assert "triode_distributed_up 1.0" in metrics
     assert 'triode_distributed_steps_total{rank="1"}' in metrics
@@ -202,8 +209,10 @@ def test_health_metrics_and_the_live_page_show_every_rank(group):
 def stream_until_deltas(server, count: int, **kwargs):
     """A long stream, read until `count` text deltas arrived; the rest of its events."""
     client = server.client()
+    # Greedy: the same long answer each run (a sampled one could end on its own first).
     events = iter(client.responses.create(model=model_of(server), input="Write forever",
-                                          stream=True, max_output_tokens=3000, **kwargs))
+                                          stream=True, max_output_tokens=3000, temperature=0,
+                                          **kwargs))
     response_id = None
     seen = 0
     for event in events:
@@ -294,7 +303,6 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 
 @pytest.mark.parametrize("flags, message", [
     (("--kv-bits", "8"), "--kv-bits is not kept in lockstep yet"),
-    (("--speculative", "ngram"), "--speculative ngram is not kept in lockstep yet"),
     (("--prompt-cache-dir", "/tmp/x"), "--prompt-cache-dir is not kept in lockstep yet"),
     (("--model", "bundled", "--model", "smollm2"), "serves one model"),
     (("--distributed-watchdog", "0"), "--distributed-watchdog must be more than 0"),
@@ -324,3 +332,46 @@ def test_a_model_that_cannot_be_sharded_so_is_a_one_line_error_on_every_rank(
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert message in log.read_text()
 
+
+
+def test_a_group_started_by_mlx_launch_serves(qwen2, reference):
+    """mlx.launch itself (MLX's launcher: it writes the ring hostfile and sets MLX_RANK)
+    starts both ranks of the very command a user types."""
+    from ..fixtures.distributed import free_ports
+
+    http, ring = free_ports(2)
+    launcher = Path(sys.executable).parent / "mlx.launch"
+    proc = subprocess.Popen(
+        [str(launcher), "-n", "2", "--backend", "ring", "-p", str(ring), "--",
+         sys.executable, "-m", "triode", "serve", "--distributed", "tensor", "--model",
+         str(qwen2), "--port", str(http)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    listening = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "triode listening on" in line:
+                listening.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert listening.wait(120), "".join(lines)
+        import openai
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="x",
+                               max_retries=0)
+        mine = client.responses.create(model=str(qwen2), input=PROMPTS[0], temperature=0,
+                                       max_output_tokens=24)
+        assert mine.output_text == answer(reference, PROMPTS[0], temperature=0).output_text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wait_until(lambda: subprocess.run(["pgrep", "-f", "--", f"--port {http}"],
+                                      capture_output=True).returncode == 1, timeout=30)

@@ -64,6 +64,17 @@ def test_a_follower_that_sampled_another_token_stops():
         follower.follow()
 
 
+def test_a_speculative_step_s_choice_is_rank_0_s():
+    leader, followers = linked(2)
+    leader.lead(lockstep.StepRecord(run=True))
+    assert leader.decide([[5, 6], []]) == [[5, 6], []]
+    assert leader.decide(None) is None
+    for follower in followers:
+        assert follower.follow().run
+        assert follower.decide(None) == [[5, 6], []]   # whatever it would have chosen
+        assert follower.decide([[1]]) is None
+
+
 def test_figures_are_gathered_every_so_many_forward_passes():
     leader, _ = linked()
     flags = [leader.lead(lockstep.StepRecord(run=True)).gather

@@ -433,7 +433,8 @@ class Engine:
             # timings refine it from then on).
             knee = yield from speculative.calibrating(model, tokens=16, repeats=2,
                                                       stream=stream)
-            speculative.install(generator, knee)   # one StepOutput per token still, in order
+            # one StepOutput per token still, in order; under --distributed rank 0 chooses
+            speculative.install(generator, knee, decider=lock)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)

@@ -12,10 +12,11 @@ the prefill chunk its pacer chose; whether a forward pass follows), and the othe
 apply exactly that and decide nothing. The tokens rank 0 sampled ride on the next record,
 and a follower that sampled otherwise stops (`Diverged`) instead of going on apart.
 
-What cannot be made identical on every rank yet is refused before anything loads
-(settings.py's `distributed_problems`, system.py's `checked_catalog`): vision models, the
-quantized KV cache, the prompt cache's disk tier and speculative decoding (its drafting is
-guarded by timings each rank would measure alone).
+Speculative decoding's per-step choice (plain, or each row's draft), which it makes from
+timings each rank would measure alone, is rank 0's too: it goes on the control link inside
+the step (`decide`, speculative.Decider). What cannot be made identical on every rank yet is
+refused before anything loads (settings.py's `distributed_problems`, system.py's
+`checked_catalog`): vision models, the quantized KV cache and the prompt cache's disk tier.
 
 A record goes from rank 0 to each follower over a TCP connection of their own (the control
 link), not through MLX's collectives: MLX's ring backend busy-polls while it waits, so a
@@ -321,6 +322,16 @@ class Lockstep:
                            f"sampled {list(record.check)} ((sequence, token) pairs)")
         self._unchecked = []
         return record
+
+    def decide(self, drafts: list[list[int]] | None) -> list[list[int]] | None:
+        """A speculative decode step's choice (speculative.Decider): rank 0 sends its own (None:
+        a plain step; else each row's draft), the others take it; on the control link, after
+        the step's record."""
+        if self.leads:
+            self._share(pickle.dumps(drafts, protocol=pickle.HIGHEST_PROTOCOL))
+            return drafts
+        chosen: list[list[int]] | None = pickle.loads(self._share(None))
+        return chosen
 
     # ---- every rank -----------------------------------------------------------------------
 

@@ -38,6 +38,12 @@ removed and renormalised. Greedy decoding is the argmax, so the output is identi
 decoding's; a seeded sampler is called once per emitted token in order, as plain decoding
 calls it, so a seed gives the same tokens with or without speculation. Rows with logits
 processors (grammars, repetition penalties) never draft.
+
+**Several ranks** (`--distributed`, model/lockstep.py). Whether a step speculates, and with
+which drafts, is decided from timings (the step-cost fit, the guard) that each rank would
+measure on its own. So only rank 0 decides: each decode step's choice (plain, or every row's
+draft) goes to the other ranks through `Decider.decide`, and they take it as it is; the
+exact verification then makes the same tokens on every rank.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import importlib
 import statistics
 import weakref
 from collections import deque
-from typing import Any, Callable, Generator, Sequence, cast
+from typing import Any, Callable, Generator, Protocol, Sequence, cast
 
 import attrs
 import mlx.core as mx
@@ -379,12 +385,26 @@ def calibrating(model: Any, tokens: int = 32, repeats: int = 3, stream: Any = No
     return min(max(one / per_token, 1.0), MAX_KNEE)
 
 
-def install(generator: Any, knee: float | None = None, learn: bool = True) -> None:
+class Decider(Protocol):
+    """Where a decode step's choice comes from on several ranks (lockstep.Lockstep)."""
+
+    @property
+    def leads(self) -> bool: ...
+
+    def decide(self, drafts: list[list[int]] | None) -> list[list[int]] | None:
+        """Rank 0: sends its choice (None: a plain step; else each row's draft) and returns
+        it. The others: return rank 0's."""
+
+
+def install(generator: Any, knee: float | None = None, learn: bool = True,
+            decider: Decider | None = None) -> None:
     """Makes `generator` (an mlx-lm BatchGenerator with nothing running) decode
     speculatively; `knee` as `plan` takes it (default: `calibrate`d on its model), refined
-    from the steps' timings unless `learn` is false."""
+    from the steps' timings unless `learn` is false. `decider`: under --distributed, where
+    each step's choice is shared (rank 0) or taken from (the others)."""
     assert len(generator._generation_batch) == 0, "install before inserting sequences"
     batch = SpeculativeBatch.empty(generator.model, generator.sampler)
+    batch.decider = decider
     with mx.stream(generator.stream):
         batch.cost = StepCost(calibrate(generator.model) if knee is None else knee, learn)
     batch.prefill_counters = generator._counters
@@ -502,6 +522,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
     cost = StepCost(32.0)   # set by `install`
     Response = DraftResponse
     prefill_counters: Any = None   # the generator's: prefill between two steps spoils a timing
+    decider: Decider | None = None   # --distributed: the ranks' one choice per step
     _next_tokens: Any   # GenerationBatch's own, set in its methods
     _next_logprobs: list[Any]
     _current_tokens: Any
@@ -546,18 +567,39 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self._time_step()
         if not self.uids:
             return []
+        if self.decider is not None and not self.decider.leads:
+            return self._follow(self.decider.decide(None))
+        chosen = self._choose()
+        if self.decider is not None:
+            self.decider.decide(None if chosen is None else chosen[2])
+        if chosen is None:
+            return self._plain_next()
+        return self._verify(*chosen)
+
+    def _choose(self) -> tuple[list[_Row], list[int], list[list[int]]] | None:
+        """This step's rows, their unfed tokens and drafts; None for a plain step."""
         if self._skip:
             self._skip -= 1
-            return self._plain_next()
+            return None
         if not self._speculates():
-            return self._plain_next()   # rotating or quantized caches: never
+            return None   # rotating or quantized caches: never
         if not self.guard.allows(len(self.uids)):
-            return self._plain_next()   # drafting does not pay at this width, measured
+            return None   # drafting does not pay at this width, measured
         rows = self._rows_in_order()
         if not self._may_draft(rows):
             self._skip, self._next_skip = self._next_skip, min(MAX_SKIP, 2 * self._next_skip)
+            return None
+        return self._drafts(rows)
+
+    def _follow(self, drafts: list[list[int]] | None) -> list[Any]:
+        """Another rank's step: rank 0's choice, on this rank's rows."""
+        if drafts is None:
             return self._plain_next()
-        return self._speculative_next(rows)
+        rows = self._rows_in_order()
+        xs = cast(list[int], self._next_tokens.tolist())
+        for row, x in zip(rows, xs):
+            row.index.tokens.append(x)   # x is emitted by this step
+        return self._verify(rows, xs, drafts)
 
     def _plain_next(self) -> list[Any]:
         rows = len(self.uids)
@@ -636,7 +678,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
 
     # -- the speculative step ------------------------------------------------------------
 
-    def _speculative_next(self, rows: list[_Row]) -> list[Any]:
+    def _drafts(self, rows: list[_Row]) -> tuple[list[_Row], list[int], list[list[int]]] | None:
         xs = cast(list[int], self._next_tokens.tolist())
         offered: list[list[int]] = []
         for i, (row, x) in enumerate(zip(rows, xs)):
@@ -648,8 +690,8 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         if not any(lengths) and self._exploring():
             lengths = [min(len(o), 1) for o in offered]
         if not any(lengths):
-            return self._plain_next()   # x is known now, but the step is the same
-        return self._verify(rows, xs, [o[:n] for o, n in zip(offered, lengths)])
+            return None   # x is known now, but the step is the same
+        return rows, xs, [o[:n] for o, n in zip(offered, lengths)]
 
     def _verify(self, rows: list[_Row], xs: list[int], drafts: list[list[int]]) -> list[Any]:
         """One forward pass over every row's unfed token x and draft; emits x and the
