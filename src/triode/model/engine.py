@@ -399,8 +399,8 @@ class Engine:
             window_caches(model, o.attention_window)   # refuses models it cannot serve
             new_cache = functools.partial(window_caches, model, o.attention_window)
         stream = take_stream()
-        # The records' collectives go on the generator's stream, after the forward pass it
-        # may still be computing (BatchGenerator evaluates the next step asynchronously).
+        # Its collectives (the figures' all_gather) go on the generator's stream, after the
+        # forward pass it may still be computing (BatchGenerator evaluates ahead).
         lock = None if group is None else lockstep.Lockstep(group, stream,
                                                             o.distributed_control)
         generator: Any = BatchGenerator(   # mlx-lm's, untyped

@@ -48,7 +48,6 @@ import attrs
 
 from ..errors import SettingsError
 
-MODES = ("off", "pipeline", "tensor")
 GATHER_EVERY = 32     # steps between two gatherings of every rank's figures
 CONNECT_SECONDS = 60.0   # for the followers to connect the control link at start
 LENGTH = struct.Struct("<Q")   # a record's length, before it on the control link
@@ -201,7 +200,7 @@ class Lockstep:
                                                 # the one to rank 0
         self.rank: int = group.rank()
         self.size: int = group.size()
-        self.broken = False             # a collective failed: no further one is tried
+        self.broken = False   # a collective or the control link failed: nothing more is sent
         self.ranks: tuple[RankFigures, ...] = ()   # on rank 0: the last gathering
         self._steps = 0
         self._step_seconds = 0.0
