@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -45,6 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.conftest import stop  # noqa: E402  (SIGTERM, then SIGKILL)
 from tests.fixtures.distributed import build_qwen2  # noqa: E402  (the model)
 
 CACHE = Path(os.environ.get("TRIODE_BENCH_CACHE", Path.home() / ".cache" / "triode-bench"))
@@ -122,12 +122,7 @@ class Server:
 
     def stop(self) -> None:
         for proc in self.procs:   # rank 0 first: triode's other ranks end with it
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 30)
 
 
 def stream(url: str, model: str, tokens: int, nonce: int) -> tuple[int, float, float]:
