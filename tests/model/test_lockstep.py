@@ -173,3 +173,14 @@ def test_a_zero_token_budget_keeps_nothing():
     cache = PromptCache(1 << 40, max_tokens=0)
     cache.keep([1, 2], kv(2))
     assert held(cache) == []
+
+
+def test_a_vision_model_is_refused_before_anything_loads(tmp_path):
+    from tests.fixtures import vlm
+    from triode.settings import resolve
+    from triode.system import checked_catalog
+
+    directory = vlm.build(tmp_path / "llava")
+    with pytest.raises(SettingsError, match="is a vision model"):
+        checked_catalog(resolve({"distributed": "tensor", "model": (str(directory),)}, {}))
+    assert checked_catalog(resolve({"model": (str(directory),)}, {}))   # alone it serves
