@@ -204,6 +204,19 @@ def test_health_metrics_and_the_live_page_show_every_rank(group):
     assert r.status_code == 400 and "--distributed" in r.json()["error"]["message"]
 
 
+def test_the_live_page_draws_every_rank_in_the_actor_tree(group):
+    """In a browser: the ranks under the engine thread, each with its forward passes."""
+    from .browser import browser, page_on
+
+    with browser() as context, page_on(context, group.server.base_url + "/ui") as (
+            page, errors):
+        page.wait_for_selector("#conn[data-state=live]")
+        for rank in (0, 1):
+            page.wait_for_selector(f"#tree [data-rank='{rank}'][data-field='steps']")
+        assert page.locator("#tree").inner_text().count("in step") == 2
+        assert errors == []
+
+
 # ---- failing closed ---------------------------------------------------------------------------
 
 def stream_until_deltas(server, count: int, **kwargs):
@@ -232,6 +245,9 @@ def terminal(events) -> str:
 
 def test_a_follower_killed_mid_stream_fails_the_group_closed(qwen2, tmp_path):
     with run_group(tmp_path, "pipeline", qwen2, "--distributed-on-failure", "stay") as g:
+        job = g.server.client().responses.create(
+            model=model_of(g.server), input="Write forever", background=True,
+            temperature=0, max_output_tokens=3000)
         response_id, events = stream_until_deltas(g.server, 3)
         g.followers[0].kill()
         done: list[str] = []
@@ -241,6 +257,8 @@ def test_a_follower_killed_mid_stream_fails_the_group_closed(qwen2, tmp_path):
         assert done == ["response.failed"]
         stored = g.server.client().responses.retrieve(response_id)
         assert stored.status == "failed"
+        # The background job running beside it ends failed too, and is kept.
+        wait_until(lambda: g.server.client().responses.retrieve(job.id).status == "failed")
         health = g.server.http.get("/health")
         assert health.status_code == 503
         assert health.json()["distributed"]["failure"]
