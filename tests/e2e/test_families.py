@@ -177,3 +177,27 @@ def test_bad_override_is_one_line_at_startup(flags, line):
     assert [t for t in done.stderr.splitlines() if t.strip()][-1].startswith(line)
 
 
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_forced_call_ends_the_turn_with_parallel_calls_allowed(family, stream):
+    """parallel_tool_calls left at its default (true): a named tool_choice is one call of that
+    tool and then the end of the turn, well within 200 tokens (the grammar let random weights
+    write call after call until the limit)."""
+    _, _, client, model = family
+    request = dict(model=model, input="What is the weather in Paris?", tools=[WEATHER, TIME],
+                   tool_choice={"type": "function", "name": "get_weather"},
+                   max_output_tokens=200, extra_body=NO_THINKING)
+    if stream:
+        events = list(client.responses.create(stream=True, **request))
+        assert events[-1].type == "response.completed"
+        final = events[-1].response
+    else:
+        final = client.responses.create(**request)
+    assert final.status == "completed"
+    [call] = call_items(final)
+    assert call.name == "get_weather"
+    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+    # `required` with parallel calls: at most as many calls as tools offered, then the end.
+    required = client.responses.create(**{**request, "tool_choice": "required"})
+    assert required.status == "completed" and 1 <= len(call_items(required)) <= 2

@@ -81,10 +81,19 @@ def test_a_forced_call_streams_in_order_and_validates(client, model):
             "response.reasoning_text.delta")
 
 
-def test_a_named_choice_calls_that_tool(client, model):
-    response = client.responses.create(model=model, input="What time is it?", tools=TOOLS,
-                                       tool_choice={"type": "function", "name": "get_time"},
-                                       temperature=0, max_output_tokens=120)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_named_choice_calls_that_tool(client, model, stream):
+    """Parallel calls allowed (the default): the one call ends the turn, `completed`."""
+    request = dict(model=model, input="What time is it?", tools=TOOLS,
+                   tool_choice={"type": "function", "name": "get_time"}, temperature=0,
+                   max_output_tokens=120)
+    if stream:
+        events = list(client.responses.create(stream=True, **request))
+        assert events[-1].type == "response.completed"
+        response = events[-1].response
+    else:
+        response = client.responses.create(**request)
+    assert response.status == "completed"
     (call,) = [item for item in response.output if item.type == "function_call"]
     assert call.name == "get_time"
     jsonschema.validate(json.loads(call.arguments), SCHEMAS["get_time"])

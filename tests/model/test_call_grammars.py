@@ -130,8 +130,23 @@ def test_required_calls_parse_back_and_validate(fmt):
     rng = random.Random(fmt)
     for _ in range(8):
         text = sampler(fmt).sample(grammar, rng)
-        check_calls(parsed(fmt, text, tools), tools, names={t["name"] for t in tools},
-                    count=None)
+        events = parsed(fmt, text, tools)
+        check_calls(events, tools, names={t["name"] for t in tools}, count=None)
+        # The forced set is bounded, so the turn ends: at most as many calls as tools.
+        assert len([e for e in events if isinstance(e, ToolCallDone)]) <= len(tools)
+
+
+@pytest.mark.parametrize("fmt", FORCED_FORMATS)
+def test_a_named_call_is_one_call_even_with_parallel_calls_allowed(fmt):
+    """A named tool_choice with parallel calls on (the API's default) is still exactly one
+    call: the grammar must end there, or a model may write call after call to the limit."""
+    tools = tools_for(fmt)
+    grammar = family_for(fmt).tool_call_grammar(tools, "get_weather", parallel=True)
+    assert grammar == family_for(fmt).tool_call_grammar(tools, "get_weather", parallel=False)
+    rng = random.Random(fmt + "named-parallel")
+    for _ in range(4):
+        text = sampler(fmt).sample(grammar, rng)
+        check_calls(parsed(fmt, text, tools), tools, names={"get_weather"}, count=1)
 
 
 @pytest.mark.parametrize("fmt", FORCED_FORMATS)

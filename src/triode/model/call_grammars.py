@@ -228,10 +228,19 @@ def xml_parameters(rules: Rules, schema: dict[str, Any],
 
 # ---- the formats ------------------------------------------------------------------------------
 
-def _joined(call: str, parallel: bool, separator: str = "") -> str:
-    if not parallel:
+def _most(calls: Calls, parallel: bool) -> int:
+    """How many calls a forced turn may make: one, or with parallel calls as many as there
+    are tools to choose from. Bounded, so that the turn ends: with no bound a model (random
+    weights, a weak one) may write call after valid call until the token limit."""
+    return len(calls) if parallel else 1
+
+
+def _joined(call: str, most: int, separator: str = "") -> str:
+    """`call`, then up to `most - 1` more, each after `separator`."""
+    if most <= 1:
         return call
-    return f"{call} ({lit(separator)} {call})*" if separator else f"{call}+"
+    sep = lit(separator) if separator else ""
+    return f"{call} {_optional_chain(call, sep, most - 1, leading=True)}"
 
 
 def _unique(calls: Calls, build: Callable[[str, dict[str, Any], Rules], str]
@@ -273,7 +282,7 @@ def hermes(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
         head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
         lines.append(f"call_{i}: {json.dumps(head)} args_{i} " + '"}"')
         lines.append(f"args_{i}: {json_block(json.loads(schema))}")
-    return ('call ("\\n" call)*' if parallel else "call", lines,
+    return (_joined("call", _most(calls, parallel), "\n"), lines,
             (("m_call_open", "<tool_call>"), ("m_call_close", "</tool_call>")))
 
 
@@ -293,7 +302,7 @@ def glm_like(prefix: str) -> ForcedCalls:
                                    'm_value_close "\\n"')
             return f'm_call_open {lit(name + chr(10))} {params} m_call_close'
         call, lines = _unique(calls, build)
-        return _joined(call, parallel, "\n"), lines, markers
+        return _joined(call, _most(calls, parallel), "\n"), lines, markers
     return forced
 
 
@@ -305,7 +314,7 @@ def qwen3_coder(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
         return (f'm_call_open "\\n" {lit("<function=" + name + ">" + chr(10))} {params} '
                 '"</function>\\n" m_call_close')
     call, lines = _unique(calls, build)
-    return (_joined(call, parallel, "\n"), lines,
+    return (_joined(call, _most(calls, parallel), "\n"), lines,
             (("m_call_open", "<tool_call>"), ("m_call_close", "</tool_call>")))
 
 
@@ -316,7 +325,8 @@ def minimax_m2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
             lambda key, value: f'"<parameter name=\\"" {key} "\\">" {value} "</parameter>\\n"')
         return f'{lit(f"<invoke name={json.dumps(name)}>" + chr(10))} {params} "</invoke>"'
     invoke, lines = _unique(calls, build)
-    return (f'm_call_open "\\n" {_joined(invoke, parallel, chr(10))} "\\n" m_call_close', lines,
+    invokes = _joined(invoke, _most(calls, parallel), chr(10))
+    return (f'm_call_open "\\n" {invokes} "\\n" m_call_close', lines,
             (("m_call_open", "<minimax:tool_call>"), ("m_call_close", "</minimax:tool_call>")))
 
 
@@ -327,7 +337,7 @@ def minicpm5(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
             lambda key, value: f'"<param name=\\"" {key} "\\">" {value} "</param>"')
         return f'{lit(f"<function name={json.dumps(name)}>")} {params} "</function>"'
     call, lines = _unique(calls, build)
-    return _joined(call, parallel, "\n"), lines, ()
+    return _joined(call, _most(calls, parallel), "\n"), lines, ()
 
 
 def muse_spark(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
@@ -339,7 +349,8 @@ def muse_spark(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
         return (f'{lit(f"<atem:invoke name={json.dumps(name)}>" + chr(10))} {params} '
                 '"</atem:invoke>"')
     invoke, lines = _unique(calls, build)
-    return (f'm_call_open "\\n" {_joined(invoke, parallel, chr(10))} "\\n" m_call_close', lines,
+    invokes = _joined(invoke, _most(calls, parallel), chr(10))
+    return (f'm_call_open "\\n" {invokes} "\\n" m_call_close', lines,
             (("m_call_open", "<atem:function_calls>"),
              ("m_call_close", "</atem:function_calls>")))
 
@@ -348,7 +359,7 @@ def kimi_k2(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f'm_call_begin {lit("functions." + name + ":")} /[0-9]/ '
                            f'm_arguments_begin {args} m_call_end'))
-    return (f"m_section_begin {_joined(call, parallel)} m_section_end", lines,
+    return (f"m_section_begin {_joined(call, _most(calls, parallel))} m_section_end", lines,
             (("m_section_begin", "<|tool_calls_section_begin|>"),
              ("m_section_end", "<|tool_calls_section_end|>"),
              ("m_call_begin", "<|tool_call_begin|>"),
@@ -361,14 +372,15 @@ def kimi_k3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
         lambda name, args: f'm_open {lit(f"call tool={json.dumps(name)} index=")} '
                            '/"[0-9]"/ m_sep m_open "json type=\\"object\\"" m_sep '
                            f'{args} m_close "json" m_sep m_close "call" m_sep'))
-    return (f'm_open "tools" m_sep {_joined(call, parallel)} m_close "tools" m_sep', lines,
+    joined = _joined(call, _most(calls, parallel))
+    return (f'm_open "tools" m_sep {joined} m_close "tools" m_sep', lines,
             (("m_open", "<|open|>"), ("m_close", "<|close|>"), ("m_sep", "<|sep|>")))
 
 
 def mistral(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f"m_calls {lit(name)} m_args {args}"))
-    return (_joined(call, parallel), lines,
+    return (_joined(call, _most(calls, parallel)), lines,
             (("m_calls", "[TOOL_CALLS]"), ("m_args", "[ARGS]")))
 
 
@@ -378,7 +390,7 @@ LLAMA3_HEAD = '{{"name": {}, "parameters": '
 def llama3(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
     call, lines = _unique(calls, _json_arguments(
         lambda name, args: f'{lit(LLAMA3_HEAD.format(json.dumps(name)))} {args} "}}"'))
-    return _joined(call, parallel, "; "), lines, ()
+    return _joined(call, _most(calls, parallel), "; "), lines, ()
 
 
 def pythonic(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
@@ -393,7 +405,8 @@ def pythonic(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
                 for key, sub, required in props], ", ")
         return f'{lit(name + "(")} {arguments} ")"'
     call, lines = _unique(calls, build)
-    return (f'm_call_open "[" {_joined(call, parallel, ", ")} "]" m_call_close', lines,
+    joined = _joined(call, _most(calls, parallel), ", ")
+    return (f'm_call_open "[" {joined} "]" m_call_close', lines,
             (("m_call_open", "<|tool_call_start|>"), ("m_call_close", "<|tool_call_end|>")))
 
 
@@ -482,7 +495,7 @@ def gemma4(calls: Calls, parallel: bool) -> tuple[str, list[str], Markers]:
         _plain_name(name, r"[\w-]+", "Gemma 4")
         return f'm_call_open {lit("call:" + name)} {_Gemma4(rules).object(schema)} m_call_close'
     call, lines = _unique(calls, build)
-    return (_joined(call, parallel), lines,
+    return (_joined(call, _most(calls, parallel)), lines,
             (("m_call_open", "<|tool_call>"), ("m_call_close", "<tool_call|>"),
              ("m_quote", '<|"|>')))
 
@@ -528,6 +541,6 @@ def function_gemma(calls: Calls, parallel: bool) -> tuple[str, list[str], Marker
                 for key, sub, required in props], ",")
         return f'm_call_open {lit("call:" + name + "{")} {members} "}}" m_call_close'
     call, lines = _unique(calls, build)
-    return (_joined(call, parallel), lines,
+    return (_joined(call, _most(calls, parallel)), lines,
             (("m_call_open", "<start_function_call>"), ("m_call_close", "<end_function_call>"),
              ("m_escape", "<escape>")))

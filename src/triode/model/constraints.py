@@ -215,9 +215,10 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
     """Forced tool calls written by `forced` (a model family's syntax, `call_grammars`;
     Hermes by default), then the end of the turn.
 
-    `mode` is "required" (any of `tools`) or the name of the one tool to call. `parallel`
-    allows several calls; without it there is exactly one. `tools` are as rendered to the
-    model; an error's `param` is `tools[i]...` by position in this list."""
+    `mode` is "required" (any of `tools`) or the name of the one tool to call, once.
+    `parallel` allows `required` as many calls as there are tools; without it there is
+    exactly one. `tools` are as rendered to the model; an error's `param` is `tools[i]...`
+    by position in this list."""
     names = [tool_name(t) for t in tools]
     if mode == "required":
         chosen = list(range(len(tools)))
@@ -233,6 +234,10 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], mode: str = "required"
         if not isinstance(names[i], str) or not names[i]:
             raise InvalidRequest("every tool needs a non-empty 'name'", param=f"tools[{i}].name")
     calls = tuple((names[i], _canonical(tool_arguments_schema(tools[i]))) for i in chosen)
+    # A named tool_choice is one call of that tool, parallel calls or not; `required` with
+    # parallel calls is at most as many calls as tools (call_grammars._most). Then the turn
+    # ends: the grammar is complete and only EOS remains.
+    parallel = parallel and mode == "required"
     try:
         return _tool_grammar(calls, parallel, in_reasoning, forced, think_close)
     except _ToolSchemaError as e:
