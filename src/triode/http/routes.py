@@ -56,6 +56,10 @@ DROPPED_TOOLS_HEADER = "X-Triode-Dropped-Tools"
 # Statuses of every route that reads or writes a store (400: a store turned off; 503: a
 # shared store that cannot be reached).
 STORE_ERRORS = (400, 503)
+# openai-python sends `include` on a retrieve and an input-items list (as `include[]`).
+RETRIEVE_INCLUDE = tuple(
+    Param(name, list[str], "accepted: stored items are returned whole")
+    for name in ("include", "include[]"))
 PAGING = (
     Param("after", str, "list the items after the one with this id"),
     Param("limit", int, "how many items to list", {"minimum": 1, "maximum": LIST_LIMIT_MAX,
@@ -136,7 +140,10 @@ async def compact_history() -> Response:
     query=(Param("stream", bool, "replay the response's events (and follow a running one) "
                  "as server-sent events"),
            Param("starting_after", int, "with stream: the events after this sequence number",
-                 {"minimum": -1, "default": -1})),
+                 {"minimum": -1, "default": -1}),
+           *RETRIEVE_INCLUDE,
+           Param("include_obfuscation", bool, "accepted; triode never adds obfuscation to "
+                 "stream events")),
     errors=(*STORE_ERRORS, 404)))
 async def get_response(response_id: str) -> Response:
     turns, who = handles().turns, caller()
@@ -172,7 +179,8 @@ async def cancel_response(response_id: str) -> Response:
 
 
 @route("/responses/<response_id>/input_items", methods=["GET"])
-@documented(Operation("List a response's input items", ItemPage, query=PAGING,
+@documented(Operation("List a response's input items", ItemPage,
+                      query=(*PAGING, *RETRIEVE_INCLUDE),
                       errors=(*STORE_ERRORS, 404)))
 async def list_input_items(response_id: str) -> Response:
     args = request.args

@@ -199,9 +199,73 @@ def text_of_file(blob: Blob, filename: str | None, *, check: Check = _nothing) -
     return text
 
 
+# An indirect object's header, `12 0 obj`, where it starts a token.
+_OBJECT = re.compile(rb"(?<![0-9])(\d{1,10})[ \t\r\n\f]+(\d{1,5})[ \t\r\n\f]+obj\b")
+_ROOT = re.compile(rb"/Root[ \t\r\n\f]+(\d{1,10})[ \t\r\n\f]+(\d{1,5})[ \t\r\n\f]+R\b")
+_CATALOG = re.compile(rb"/Type[ \t\r\n\f]*/Catalog\b")
+
+
+def rebuilt_xref(data: bytes) -> bytes | None:
+    """`data` with a cross-reference table rebuilt from its objects, as forgiving readers
+    do for a file whose table (or `startxref`) is missing or wrong: every `N G obj` found,
+    the last of each number winning (an incremental update's); the root is the trailer's
+    `/Root`, else the object that declares itself the `/Catalog`. None when there are no
+    objects or no root to find: the file is not a PDF that can be read."""
+    objects: dict[int, tuple[int, int]] = {}
+    for found in _OBJECT.finditer(data):
+        objects[int(found.group(1))] = (int(found.group(2)), found.start())
+    roots = list(_ROOT.finditer(data))
+    root = (int(roots[-1].group(1)), int(roots[-1].group(2))) if roots else None
+    if root is None or root[0] not in objects:
+        catalogs = [n for n, (_, start) in objects.items()
+                    if _CATALOG.search(data, start, _object_end(data, start))]
+        root = (catalogs[-1], objects[catalogs[-1]][0]) if catalogs else None
+    if root is None or not objects:
+        return None
+    size = max(objects) + 1
+    body = data if data.endswith((b"\n", b"\r")) else data + b"\n"
+    table = [b"xref\n0 %d\n" % size]
+    for n in range(size):
+        gen, start = objects.get(n, (65535 if n == 0 else 0, 0))
+        table.append(b"%010d %05d %s \n" % (start, gen, b"n" if n in objects else b"f"))
+    table.append(b"trailer\n<< /Size %d /Root %d %d R >>\nstartxref\n%d\n%%%%EOF\n"
+                 % (size, root[0], root[1], len(body)))
+    return body + b"".join(table)
+
+
+def _object_end(data: bytes, start: int) -> int:
+    end = data.find(b"endobj", start)
+    return end if end >= 0 else len(data)
+
+
 def pdf_text(data: bytes, *, check: Check = _nothing, max_pages: int = PDF_MAX_PAGES) -> str:
     """The text of every page (pypdf's extraction), pages separated by blank lines; `check`
-    runs between pages. Encrypted PDFs are read when their user password is empty."""
+    runs between pages. Encrypted PDFs are read when their user password is empty. A file
+    pypdf cannot open is read once more with its cross-reference table rebuilt
+    (`rebuilt_xref`); what still cannot be read, or yields no text at all that way (a file
+    cut short: its objects, but not its pages' text), is a MediaError ("the PDF is
+    corrupt")."""
+    from pypdf.errors import PdfReadError, PdfStreamError
+
+    try:
+        return _pdf_text(data, check, max_pages)
+    except MediaError as first:
+        if first.__cause__ is None or not isinstance(first.__cause__, (PdfReadError,
+                                                                         PdfStreamError)):
+            raise
+        rebuilt = rebuilt_xref(data)
+        if rebuilt is None:
+            raise first from None
+        try:
+            text = _pdf_text(rebuilt, check, max_pages)
+        except MediaError:
+            raise first from None
+        if not text:   # objects found, but nothing of the document: a truncated upload
+            raise first from None
+        return text
+
+
+def _pdf_text(data: bytes, check: Check, max_pages: int) -> str:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
 
@@ -222,7 +286,9 @@ def pdf_text(data: bytes, *, check: Check = _nothing, max_pages: int = PDF_MAX_P
         raise MediaError("the PDF is encrypted with a password") from None
     except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, OSError,
             AttributeError, IndexError, RecursionError) as exc:
-        raise MediaError(f"the PDF is corrupt ({type(exc).__name__}: {exc})") from None
+        error = MediaError(f"the PDF is corrupt ({type(exc).__name__}: {exc})")
+        error.__cause__ = exc   # pdf_text tries a rebuilt table for pypdf's own errors
+        raise error
     return "\n\n".join(t for t in texts if t)
 
 
