@@ -396,6 +396,47 @@ def test_a_gemma3_image_request_counts_the_image_and_the_next_turn_reuses_it(gem
     assert cached >= used["input_tokens"] - 3 > IMAGE_TOKENS
 
 
+# ---- Idefics3 / SmolVLM (tests/fixtures/idefics3_vlm.py: mlx-vlm's idefics3, random weights)
+
+def test_a_smolvlm_image_request_through_the_sdk_counts_its_image_and_reuses_it(
+        tmp_path_factory):
+    """On Idefics3 (SmolVLM's architecture), through the openai SDK: an image answers
+    `completed`-or-length with its 16 image tokens and the three markers around them counted
+    (as the counting endpoint counts them), two images of other sizes are one view each, and
+    the chain's next turn is served from the prompt cache past the image."""
+    from ..fixtures import idefics3_vlm
+
+    directory = idefics3_vlm.build(tmp_path_factory.mktemp("idefics3"))
+    with run_server("--model", str(directory), "--model-alias", "smolvlm") as server:
+        client = server.client()
+
+        def content(*images: dict) -> list[dict]:
+            return [{"role": "user", "content": [
+                {"type": "input_text", "text": "What is in the image?"},
+                *[{"type": "input_image", "image_url": i["image_url"]} for i in images]]}]
+
+        text_only = client.responses.create(model="smolvlm", input=content(),
+                                            max_output_tokens=4, temperature=0)
+        first = client.responses.create(model="smolvlm", input=content(png(seed=60)),
+                                        max_output_tokens=4, temperature=0)
+        assert first.status in ("completed", "incomplete")
+        assert first.usage.input_tokens == \
+            text_only.usage.input_tokens + idefics3_vlm.IMAGE_TOKENS + 3
+        counted = server.http.post("/v1/responses/input_tokens", json={
+            "model": "smolvlm", "input": content(png(seed=60))})
+        assert counted.json()["input_tokens"] == first.usage.input_tokens
+        two = client.responses.create(
+            model="smolvlm", input=content(png(seed=61, width=90, height=20),
+                                           png(seed=62, width=20, height=70)),
+            max_output_tokens=4, temperature=0)
+        assert two.usage.input_tokens == \
+            text_only.usage.input_tokens + 2 * (idefics3_vlm.IMAGE_TOKENS + 3)
+        second = client.responses.create(model="smolvlm", input="And the colours?",
+                                         previous_response_id=first.id, max_output_tokens=4)
+        assert second.usage.input_tokens_details.cached_tokens >= \
+            first.usage.input_tokens - 1 > idefics3_vlm.IMAGE_TOKENS
+
+
 @pytest.mark.parametrize("part, param, reason", [
     (png(width=64, height=64), None, None),                 # exactly --media-max-pixels
     (png(width=65, height=64), "input[0].content[1].image_url", f"limit is {PIXELS}"),

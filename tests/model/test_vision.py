@@ -11,7 +11,7 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from ..fixtures import gemma3_vlm, vlm  # noqa: E402
+from ..fixtures import gemma3_vlm, idefics3_vlm, vlm  # noqa: E402
 from ..fixtures.media import data_url, image_bytes  # noqa: E402
 from triode.model.vision import (ImageRows, VisionPrompter, load_vision,  # noqa: E402
                                  prompter_of)
@@ -33,7 +33,16 @@ def gemma3_logits(model, ids, pixels):
                                 cache=model.language_model.make_cache()).logits
 
 
-FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits)}
+def idefics3_logits(model, ids, pixels):
+    """mlx-vlm's Idefics3 (SmolVLM) generation: get_input_embeddings (the vision tower, the
+    pixel-shuffle connector, the features at the image tokens), then the language model
+    over those embeddings with its causal mask."""
+    embedded = model.get_input_embeddings(ids, pixels)
+    return model.language_model(ids, inputs_embeds=embedded.inputs_embeds).logits
+
+
+FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits),
+            "idefics3": (idefics3_vlm, idefics3_logits)}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -83,6 +92,10 @@ def test_an_image_is_a_run_of_its_tokens(loaded, fixture):
     assert tokens.count(vision.image_token_id) == fixture.IMAGE_TOKENS
 
 
+def span_shape(span):
+    return span.pixels.shape[-3:]
+
+
 def test_images_are_tokenized_as_mlx_vlm_s_processor_does(loaded):
     """Two images of other sizes: the prompt's tokens are those mlx-vlm's processor makes
     of the rendered text and the images, and each image's pixels are the processor's."""
@@ -103,9 +116,10 @@ def test_images_are_tokenized_as_mlx_vlm_s_processor_does(loaded):
     theirs = prompter.processor(text=text, images=images)
     assert tokens == np.array(theirs["input_ids"])[0].tolist()
     assert len(spans) == 2 and spans[0].start + spans[0].length < spans[1].start
-    pixels = np.array(theirs["pixel_values"])
+    # One image per entry ([images, C, H, W]; Idefics3's processor adds a batch axis).
+    pixels = np.array(theirs["pixel_values"]).reshape(-1, *span_shape(spans[0]))
     for i, span in enumerate(spans):
-        assert np.array_equal(span.pixels[0], pixels[i])
+        assert np.array_equal(span.pixels.reshape(span_shape(span)), pixels[i])
 
 
 def test_a_gemma3_image_is_its_soft_tokens_between_its_markers(tmp_path_factory):

@@ -109,6 +109,8 @@ class Architecture:
     text_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: config
     # Passed to the image processor for each image.
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    # mlx-vlm's name of a language-model weight → mlx-lm's name of the same weight.
+    weight_name: Callable[[str], str] = lambda name: name
 
 
 def _llava_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
@@ -156,6 +158,28 @@ def _gemma3_text_args(config: dict[str, Any]) -> dict[str, Any]:
             "rope_theta": config.get("rope_global_base_freq", 1_000_000.0)}
 
 
+def _idefics3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
+    """Idefics3 (SmolVLM), one view per image (image splitting off): `<image>` becomes
+    `<fake_token_around_image><global-img>`, `image_seq_len` `<image>`s (the vision tower's
+    patches pixel-shuffled by `scale_factor`) and `<fake_token_around_image>`, as mlx-vlm's
+    Idefics3Processor writes a single image."""
+    def text(token: Any) -> str:
+        return str(getattr(token, "content", token))
+
+    token, fake = text(processor.image_token), text(processor.fake_image_token)
+    n = int(processor.image_seq_len)
+    return ImageFormat(token, token, int(config.get("image_token_id",
+                                                    processor.image_token_id)),
+                       lambda height, width: n, before=fake + text(processor.global_image_tag),
+                       after=fake)
+
+
+def _idefics3_weight(name: str) -> str:
+    """mlx-vlm's Idefics3 language model holds its layers at its top; mlx-lm's Llama under
+    `model.`, beside its `lm_head`."""
+    return name if name.startswith("lm_head.") else f"model.{name}"
+
+
 # mlx-vlm architecture (config.json's model_type) → what triode does differently for it.
 # Gemma 3's image features reach the language model divided by sqrt(hidden) (mlx-vlm's
 # get_input_embeddings), which the language model multiplies back with every embedding:
@@ -165,6 +189,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     # Pan-and-scan (extra crops of one image, off unless a preprocessor config turns it on)
     # is not served: an image is its one resized view.
     "gemma3": Architecture(_gemma3_format, _gemma3_text_args, {"do_pan_and_scan": False}),
+    # SmolVLM. Image splitting (tiles of the image beside its global view, each tile its own
+    # run between row and column markers) is not served: an image is its one resized view.
+    "idefics3": Architecture(_idefics3_format, lambda config: {**config,
+                                                               "tie_word_embeddings": False},
+                             {"do_image_splitting": False}, _idefics3_weight),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -460,7 +489,8 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
         raise SettingsError(f"--model: {model}: {exc}") from None
     model_class, args_class = _get_classes(text_config)
     lm = model_class(args_class.from_dict(text_config))
-    weights = dict(tree_flatten(vlm.language_model.parameters()))
+    weights = {architecture.weight_name(name): value
+               for name, value in dict(tree_flatten(vlm.language_model.parameters())).items()}
     quantization = config.get("quantization")
     if quantization:
         nn.quantize(lm, group_size=quantization["group_size"], bits=quantization["bits"],
