@@ -93,6 +93,16 @@ def client(server):
     return server.client()
 
 
+def completed(client, *, stream: bool, **request):
+    """`responses.create(**request)`'s response: the answer, or with `stream` the terminal
+    event's, which must be `response.completed` (a test of a turn that must end)."""
+    if not stream:
+        return client.responses.create(**request)
+    events = list(client.responses.create(stream=True, **request))
+    assert events[-1].type == "response.completed", [e.type for e in events[-3:]]
+    return events[-1].response
+
+
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02):
     """Polls `predicate` until it is truthy; fails the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from ..conftest import Server, run_server
+from ..conftest import Server, completed, run_server
 from ..fixtures.families import FAMILIES, Family, build
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city.",
@@ -188,12 +188,7 @@ def test_a_forced_call_ends_the_turn_with_parallel_calls_allowed(family, stream)
     request = dict(model=model, input="What is the weather in Paris?", tools=[WEATHER, TIME],
                    tool_choice={"type": "function", "name": "get_weather"},
                    max_output_tokens=200, extra_body=NO_THINKING)
-    if stream:
-        events = list(client.responses.create(stream=True, **request))
-        assert events[-1].type == "response.completed"
-        final = events[-1].response
-    else:
-        final = client.responses.create(**request)
+    final = completed(client, stream=stream, **request)
     assert final.status == "completed"
     [call] = call_items(final)
     assert call.name == "get_weather"

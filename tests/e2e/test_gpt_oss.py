@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import jsonschema
 import pytest
 
-from tests.conftest import Server, run_server
+from tests.conftest import Server, completed, run_server
 from tests.fixtures.gpt_oss import build_gpt_oss
 from triode.model.parsers.harmony import _KNOWN as HARMONY_TOKENS
 
@@ -87,12 +87,7 @@ def test_a_named_choice_calls_that_tool(client, model, stream):
     request = dict(model=model, input="What time is it?", tools=TOOLS,
                    tool_choice={"type": "function", "name": "get_time"}, temperature=0,
                    max_output_tokens=120)
-    if stream:
-        events = list(client.responses.create(stream=True, **request))
-        assert events[-1].type == "response.completed"
-        response = events[-1].response
-    else:
-        response = client.responses.create(**request)
+    response = completed(client, stream=stream, **request)
     assert response.status == "completed"
     (call,) = [item for item in response.output if item.type == "function_call"]
     assert call.name == "get_time"
