@@ -56,12 +56,12 @@ def answer(server, prompt: str, **kwargs):
                                    **kwargs)
 
 
-def streamed(server, prompt: str, **kwargs) -> tuple[str, str]:
-    """A stream's text and its terminal event's type."""
+def streamed(server, model: str, prompt: str, **kwargs) -> tuple[str, str]:
+    """A stream's text and its terminal event's type (a client of its own: this runs in
+    threads, and an httpx client is not to be shared between them)."""
     client = server.client()
     text, end = [], ""
-    for event in client.responses.create(model=model_of(server), input=prompt, stream=True,
-                                         **kwargs):
+    for event in client.responses.create(model=model, input=prompt, stream=True, **kwargs):
         if event.type == "response.output_text.delta":
             text.append(event.delta)
         elif event.type in ("response.completed", "response.incomplete", "response.failed"):
@@ -70,10 +70,15 @@ def streamed(server, prompt: str, **kwargs) -> tuple[str, str]:
 
 
 def concurrently(server, requests: list[dict]) -> list[tuple[str, str]]:
-    results: list[tuple[str, str] | None] = [None] * len(requests)
+    """The streams of `requests`, run at once; what a stream raised is raised here."""
+    model = model_of(server)
+    results: list[tuple[str, str] | BaseException | None] = [None] * len(requests)
 
     def one(i: int) -> None:
-        results[i] = streamed(server, **requests[i])
+        try:
+            results[i] = streamed(server, model, **requests[i])
+        except BaseException as exc:   # raised below, in the test's thread
+            results[i] = exc
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
     for t in threads:
@@ -81,7 +86,10 @@ def concurrently(server, requests: list[dict]) -> list[tuple[str, str]]:
     for t in threads:
         t.join(120)
     assert not any(t.is_alive() for t in threads), "a stream did not end within 120 s"
-    return [r for r in results if r is not None]
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return [r for r in results if isinstance(r, tuple)]
 
 
 def test_concurrent_streams_generate_what_one_process_does(group, reference):
@@ -143,7 +151,6 @@ def test_a_background_job_completes_and_is_stored(group, reference):
 
 
 def test_twenty_concurrent_requests_with_random_cancels_do_not_hang(group):
-    client = group.server.client()
     model = model_of(group.server)
     rng = random.Random(42)
     plans = [rng.choice(("read", "close", "cancel")) for _ in range(20)]
@@ -151,6 +158,7 @@ def test_twenty_concurrent_requests_with_random_cancels_do_not_hang(group):
     failures: list[BaseException] = []
 
     def one(i: int, plan: str) -> None:
+        client = group.server.client()   # each thread its own connection pool
         try:
             if plan == "cancel":
                 job = client.responses.create(model=model, input=f"Request {i}",

@@ -15,12 +15,16 @@ import attrs
 import trio
 
 from ..actors.jobs import JobBoardHandle
+from ..errors import StoreUnavailable
 from ..responses.lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES, Status, is_terminal
 from ..responses.objects import ResponseEvent, ResponseObject, StreamEvent, usage
 from ..storage.records import StoredResponse
 
 # How often a follower on another process looks for new events of a remote job.
 FOLLOW_POLL_SECS = 0.1
+# How long a follower rides out a shared store that does not answer (a Redis call gives up
+# after 2 s: a busy server, a failover) before its stream or wait gives up too.
+STORE_PATIENCE_SECS = 30.0
 
 Reread = Callable[[], Awaitable["StoredResponse | None"]]
 
@@ -116,10 +120,25 @@ class RemoteJob:
                 if self._final is None:
                     self._final = record.response
 
+    async def _poll_patiently(self) -> None:
+        """`_poll`, through a store that does not answer for up to STORE_PATIENCE_SECS: a
+        follower's stream then pauses instead of breaking off mid-response."""
+        deadline: float | None = None
+        while True:
+            try:
+                await self._poll()
+                return
+            except StoreUnavailable:
+                now = trio.current_time()
+                deadline = now + STORE_PATIENCE_SECS if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                await trio.sleep(FOLLOW_POLL_SECS)
+
     async def wait(self) -> ResponseObject:
         while self._final is None:
             await trio.sleep(FOLLOW_POLL_SECS)
-            await self._poll()
+            await self._poll_patiently()
         return self._final
 
     async def follow_batches(self, starting_after: int = -1
@@ -133,4 +152,4 @@ class RemoteJob:
             if self._final is not None:
                 return
             await trio.sleep(FOLLOW_POLL_SECS)
-            await self._poll()
+            await self._poll_patiently()
