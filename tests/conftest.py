@@ -69,6 +69,10 @@ def run_server(*flags: str, env: dict[str, str] | None = None) -> Iterator[Serve
         yield server
         server.http.close()
     finally:
+        if proc.poll() is not None and url:   # it ended before the test stopped it
+            signal_name = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
+            print(f"triode exited with status {proc.returncode}{signal_name} during the test; "
+                  "its last log lines:\n" + "".join(log[-40:]), file=sys.stderr)
         stop(proc, 10)
 
 
