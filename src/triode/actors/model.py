@@ -641,6 +641,8 @@ class ModelActor:
         """The group of ranks is dead: requests end, new ones are refused, the CLI is told.
         A step that still completes later is dropped (the engine counts as dead)."""
         assert self._group is not None
+        if self._group.reason is not None:
+            return   # failed already (the watchdog, then the hung step's own error)
         log.error("--distributed: the group failed: %s", reason)
         self._engine_gone = reason
         self._engine_stopped(RuntimeError(reason))

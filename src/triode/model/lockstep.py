@@ -79,8 +79,9 @@ class RankFigures:
     rank: int
     steps: int = 0                 # forward passes (engine steps that ran the model)
     step_seconds: float = 0.0      # their time: compute and the model's own collectives
-    record_seconds: float = 0.0    # time in the step records' collectives (a follower's
-                                   # includes waiting for rank 0 to decide)
+    record_seconds: float = 0.0    # time sending (rank 0) or receiving the step records on
+                                   # the control link (a follower's includes waiting for
+                                   # rank 0 to decide)
 
 
 def rank_of_environment() -> int | None:
@@ -161,8 +162,7 @@ def shard(model: Any, mode: str, group: Any) -> None:
 
 
 def _head_counts(model: Any) -> list[tuple[str, int]]:
-    """The attention head counts tensor sharding divides (mlx-lm's attention modules name
-    them n_heads / n_kv_heads or num_heads / num_key_value_heads)."""
+    """The attention head counts tensor sharding divides, as the model's args name them."""
     args = getattr(model, "args", None)
     counts = []
     for name, attr in (("attention heads", "num_attention_heads"),
@@ -252,7 +252,6 @@ class Lockstep:
     def _accept(self, listener: socket.socket, secret: bytes) -> None:
         """Every other rank's control link, each presenting the secret and its rank."""
         links: dict[int, socket.socket] = {}
-        listener.settimeout(CONNECT_SECONDS)
         deadline = time.monotonic() + CONNECT_SECONDS
         while len(links) < self.size - 1:
             listener.settimeout(max(0.1, deadline - time.monotonic()))
@@ -283,6 +282,11 @@ class Lockstep:
         record = attrs.evolve(record, check=tuple(self._unchecked),
                               gather=self._gather_due(record))
         self._unchecked = []
+        try:   # once a step: a speculative step's choice follows on the same links
+            self._check_followers()
+        except OSError as exc:
+            self.broken = True
+            raise ConnectionError(f"--distributed: {exc}") from exc
         self._share(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         return record
 
@@ -365,7 +369,6 @@ class Lockstep:
         began = time.perf_counter()
         try:
             if data is not None:
-                self._check_followers()
                 frame = LENGTH.pack(len(data)) + data
                 for link in self._links:
                     link.sendall(frame)
