@@ -1,5 +1,7 @@
 """A vision model served as text model + image rows (model/vision.py), on each fixture
-vision model (LLaVA-1.5, tests/fixtures/vlm.py; Gemma 3, tests/fixtures/gemma3_vlm.py): an
+vision model (LLaVA-1.5, tests/fixtures/vlm.py; Gemma 3, tests/fixtures/gemma3_vlm.py;
+Idefics3, tests/fixtures/idefics3_vlm.py; Qwen2-VL and Qwen2.5-VL with their M-RoPE
+positions, tests/fixtures/qwen_vl.py and model/mrope.py): an
 image is the run of tokens mlx-vlm's processor makes of it, the rebuilt mlx-lm language
 model with an image's rows computes mlx-vlm's own logits, images are keyed by content, and
 batched prefill of an image prompt beside a text prompt gives each its own unbatched
@@ -7,42 +9,76 @@ result."""
 
 from __future__ import annotations
 
+import functools
+import types
+
 import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from ..fixtures import gemma3_vlm, idefics3_vlm, vlm  # noqa: E402
+from ..fixtures import gemma3_vlm, idefics3_vlm, qwen_vl, vlm  # noqa: E402
 from ..fixtures.media import data_url, image_bytes  # noqa: E402
 from triode.model.vision import (ImageRows, VisionPrompter, load_vision,  # noqa: E402
                                  prompter_of)
 
 
-def llava_logits(model, ids, pixels):
+def llava_logits(model, ids, spans):
     """mlx-vlm's LLaVA forward pass (its generation's, with the processor's pixels)."""
-    return model(ids, pixels, mask=None).logits
+    return model(ids, pixels_of(spans), mask=None).logits
 
 
-def gemma3_logits(model, ids, pixels):
+def pixels_of(spans):
+    import numpy as np
+
+    return mx.array(np.concatenate([s.pixels for s in spans]))
+
+
+def gemma3_logits(model, ids, spans):
     """mlx-vlm's Gemma 3 generation: get_input_embeddings with the processor's attention
     mask, then the language model over those embeddings with its own caches and no mask
     (its causal sliding-window and global masks), as mlx_vlm.generate's prefill does.
     (`Model.__call__` passes get_input_embeddings' 4-D mask instead, which masks nothing:
     not what generation computes.)"""
-    embedded = model.get_input_embeddings(ids, pixels, mask=mx.ones(ids.shape))
+    embedded = model.get_input_embeddings(ids, pixels_of(spans), mask=mx.ones(ids.shape))
     return model.language_model(ids, inputs_embeds=embedded.inputs_embeds,
                                 cache=model.language_model.make_cache()).logits
 
 
-def idefics3_logits(model, ids, pixels):
+def idefics3_logits(model, ids, spans):
     """mlx-vlm's Idefics3 (SmolVLM) generation: get_input_embeddings (the vision tower, the
     pixel-shuffle connector, the features at the image tokens), then the language model
     over those embeddings with its causal mask."""
-    embedded = model.get_input_embeddings(ids, pixels)
+    embedded = model.get_input_embeddings(ids, pixels_of(spans))
     return model.language_model(ids, inputs_embeds=embedded.inputs_embeds).logits
 
 
+def qwen_logits(model, ids, spans):
+    """mlx-vlm's Qwen2-VL / Qwen2.5-VL forward pass: the vision tower over every image's
+    patches with their grids, the features at the image tokens, the language model with
+    the M-RoPE positions its get_rope_index computes from the grids."""
+    grid = mx.array([s.grid for s in spans])
+    return model(ids, pixels_of(spans), image_grid_thw=grid).logits
+
+
+def qwen_fixture(kind):
+    """tests/fixtures/qwen_vl.py for one kind, as the other fixtures' modules look: an
+    image's tokens depend on its size."""
+    return types.SimpleNamespace(build=functools.partial(qwen_vl.build, kind=kind),
+                                 IMAGE_TOKENS=qwen_vl.image_tokens(70, 50),
+                                 tokens_of=qwen_vl.image_tokens)
+
+
 FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits),
-            "idefics3": (idefics3_vlm, idefics3_logits)}
+            "idefics3": (idefics3_vlm, idefics3_logits),
+            "qwen2_vl": (qwen_fixture("qwen2_vl"), qwen_logits),
+            "qwen2_5_vl": (qwen_fixture("qwen2_5_vl"), qwen_logits)}
+
+
+def tokens_of(fixture, width, height):
+    """The image tokens of an image of this size: the fixture's one count unless its
+    processor sizes images by their own size (Qwen-VL)."""
+    count = getattr(fixture, "tokens_of", None)
+    return fixture.IMAGE_TOKENS if count is None else count(width, height)
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -116,6 +152,12 @@ def test_images_are_tokenized_as_mlx_vlm_s_processor_does(loaded):
     theirs = prompter.processor(text=text, images=images)
     assert tokens == np.array(theirs["input_ids"])[0].tolist()
     assert len(spans) == 2 and spans[0].start + spans[0].length < spans[1].start
+    if spans[0].grid is not None:   # Qwen-VL: every image's patches in a row, and the grids
+        assert np.array_equal(np.concatenate([s.pixels for s in spans]),
+                              np.array(theirs["pixel_values"]))
+        assert [list(s.grid) for s in spans] == np.array(theirs["image_grid_thw"]).tolist()
+        assert spans[0].length != spans[1].length   # sized by each image's own size
+        return
     # One image per entry ([images, C, H, W]; Idefics3's processor adds a batch axis).
     pixels = np.array(theirs["pixel_values"]).reshape(-1, *span_shape(spans[0]))
     for i, span in enumerate(spans):
@@ -164,7 +206,7 @@ def test_image_rows_give_mlx_vlm_s_own_logits(loaded, family):
     reference = FAMILIES[family][1]
     tokens, spans = image_prompt(tokenizer)
     ours = lm(mx.array([vision.place(tokens, spans)]))
-    theirs = reference(vision.model, mx.array([tokens]), mx.array(spans[0].pixels))
+    theirs = reference(vision.model, mx.array([tokens]), spans)
     assert mx.allclose(ours, theirs, atol=1e-4).item()
     assert not mx.allclose(ours, lm(mx.array([tokens])), atol=1e-2).item()  # the image matters
     other_tokens, other = image_prompt(tokenizer, seed=4)
@@ -186,7 +228,7 @@ def test_a_quantized_gemma3_gives_mlx_vlm_s_own_logits(tmp_path_factory):
     assert type(lm.model.embed_tokens).__name__ == "ImageQuantizedEmbedding"
     tokens, spans = image_prompt(tokenizer)
     ours = lm(mx.array([vision.place(tokens, spans)]))
-    theirs = gemma3_logits(vision.model, mx.array([tokens]), mx.array(spans[0].pixels))
+    theirs = gemma3_logits(vision.model, mx.array([tokens]), spans)
     assert mx.allclose(ours, theirs, atol=1e-4).item()
 
 
@@ -289,7 +331,7 @@ def test_logits_processors_see_the_image_token_not_virtual_ids(loaded):
 def test_detail_low_shrinks_the_image_before_the_processor(loaded, fixture):
     """`detail: low` starts the processor from at most 512 x 512 pixels: LLaVA's and
     Gemma 3's one resolution gives the same token count, from other pixels (another content
-    key)."""
+    key); the Qwen fixture's `max_pixels` (64 x 64) is below that, so it sizes both alike."""
     _, tokenizer, _ = loaded
     prompter = prompter_of(tokenizer)
     url = data_url(image_bytes(900, 700, seed=6), "image/png")
@@ -298,21 +340,21 @@ def test_detail_low_shrinks_the_image_before_the_processor(loaded, fixture):
     _, [auto] = prompter.expand(tokens, [{"image_url": url, "detail": "auto"}], text)
     _, [high] = prompter.expand(tokens, [{"image_url": url, "detail": "high"}], text)
     _, [low] = prompter.expand(tokens, [{"image_url": url, "detail": "low"}], text)
-    assert auto.length == low.length == fixture.IMAGE_TOKENS
+    assert auto.length == low.length == tokens_of(fixture, 900, 700)
     assert auto.digest == high.digest != low.digest
 
 
 def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
-    """A vision config of an architecture the batched text model cannot compute (M-RoPE
-    Qwen2-VL) is a SettingsError naming --model, before anything loads."""
+    """A vision config of an architecture triode does not serve (Mistral 3) is a
+    SettingsError naming --model, before anything loads."""
     import json
 
     from triode.errors import SettingsError
     from triode.model.loading import check_model
 
     (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}))
-    with pytest.raises(SettingsError, match="--model.*'qwen2_vl'.*llava, gemma3"):
+        {"model_type": "mistral3", "vision_config": {}, "text_config": {}}))
+    with pytest.raises(SettingsError, match="--model.*'mistral3'.*llava, gemma3"):
         check_model(str(tmp_path))
 
 
@@ -339,7 +381,8 @@ def test_a_request_s_image_tokens_are_limited_exactly(loaded, fixture, monkeypat
     from triode.errors import InvalidRequest
     from triode.model import vision as module
 
-    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 2 * fixture.IMAGE_TOKENS)
+    each = tokens_of(fixture, 20, 20)
+    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 2 * each)
     _, tokenizer, _ = loaded
     prompter = prompter_of(tokenizer)
     image = {"image_url": data_url(image_bytes(20, 20, seed=7), "image/png")}
@@ -350,7 +393,7 @@ def test_a_request_s_image_tokens_are_limited_exactly(loaded, fixture, monkeypat
                                text)
 
     assert len(expand(2)[1]) == 2
-    with pytest.raises(InvalidRequest, match="32 fit in one request"):
+    with pytest.raises(InvalidRequest, match=f"{2 * each} fit in one request"):
         expand(3)
 
 

@@ -210,8 +210,8 @@ def quantized_cache(model: Any, bits: int) -> list[SequenceQuantizedKVCache]:
     whose layers need another kind (sliding windows, state-space layers)."""
     if hasattr(model, "make_cache"):
         raise ValueError("--kv-bits needs a model whose layers all use a plain KV cache; "
-                         "this one makes its own caches (sliding windows or other layer "
-                         "kinds)")
+                         "this one makes its own caches (sliding windows, other layer kinds "
+                         "or M-RoPE positions)")
     dims = {getattr(model.args, "head_dim", None) or
             model.args.hidden_size // model.args.num_attention_heads}
     if any(d % GROUP_SIZE for d in dims):

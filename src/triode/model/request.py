@@ -49,6 +49,9 @@ class ImageSpan:
     length: int
     digest: str
     pixels: Any = attrs.field(eq=False, repr=False)
+    # The processor's (time, height, width) grid of patches, for models whose image
+    # tokens have grid positions (Qwen-VL's image_grid_thw); None: no grid.
+    grid: tuple[int, int, int] | None = None
 
 
 def _spans(spans: Iterable[ImageSpan]) -> tuple[ImageSpan, ...]:

@@ -111,8 +111,11 @@ def one_token_per_call(sampler: Callable[[Any], Any]) -> Callable[[Any], Any]:
 class NgramIndex:
     """A sequence's tokens and, for each n in NGRAM_SIZES, where each n-gram last ended."""
 
-    def __init__(self, tokens: Sequence[int]):
+    def __init__(self, tokens: Sequence[int], vocabulary: int | None = None):
         self.tokens: list[int] = list(tokens)
+        # Ids at or past it (a vision model's image rows, model/vision.py) are never
+        # sampled: a proposal ends before one.
+        self.vocabulary = vocabulary
         self._last_end: dict[tuple[int, ...], int] = {}
         self._indexed = 0   # n-grams ending at or before this position are in _last_end
 
@@ -139,8 +142,16 @@ class NgramIndex:
                     # What followed runs into the suffix itself in a repeating stretch: the
                     # proposal then continues its period.
                     period = end - start
-                    return [tokens[start + j % period] for j in range(k)]
+                    return self._sampleable([tokens[start + j % period] for j in range(k)])
         return []
+
+    def _sampleable(self, proposal: list[int]) -> list[int]:
+        if self.vocabulary is None:
+            return proposal
+        for i, token in enumerate(proposal):
+            if token >= self.vocabulary:
+                return proposal[:i]
+        return proposal
 
 
 @attrs.define
@@ -542,6 +553,13 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
                                      "sequence_steps", "tokens", "speculative_tokens"), 0)
         super().__init__(*args, **kwargs)
 
+    @property
+    def _vocabulary(self) -> int | None:
+        """Where a vision model's image rows' ids begin (never drafted); None: text."""
+        embedding = getattr(getattr(self.model, "model", None), "embed_tokens", None)
+        rows = getattr(embedding, "_triode_rows", None)
+        return None if rows is None else int(rows.first)
+
     def extend(self, batch: Any) -> None:
         super().extend(batch)
         self._holes += [0] * (len(self.uids) - len(self._holes))
@@ -644,7 +662,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         for i, uid in enumerate(self.uids):
             row = self._rows.get(uid)
             if row is None:
-                row = self._rows[uid] = _Row(NgramIndex(self.tokens[i]))
+                row = self._rows[uid] = _Row(NgramIndex(self.tokens[i], self._vocabulary))
             row.index.catch_up(self.tokens[i])
             if row.paused:
                 row.paused -= 1

@@ -18,11 +18,12 @@ batched prefills and decode steps of any mix of requests need nothing special
 (docs/media.md).
 
 Only architectures whose language model places image features at the image tokens' positions
-with plain 1-D positions and the causal masks of its text are listed (`ARCHITECTURES`, one
-small description each: how the template's image marker expands, how many tokens an image
-is, how mlx-vlm's text config reads as mlx-lm's): there the rebuilt mlx-lm model computes
-what mlx-vlm's own generation does (tests/model/test_vision.py compares them). M-RoPE
-models (Qwen2-VL and later) are not.
+and attends with the causal masks of its text are listed (`ARCHITECTURES`, one small
+description each: how the template's image marker expands, how many tokens an image is, how
+mlx-vlm's text config reads as mlx-lm's): there the rebuilt mlx-lm model computes what
+mlx-vlm's own generation does (tests/model/test_vision.py compares them). Positions are plain
+1-D, or Qwen-VL's multimodal rotary positions, computed from the image rows' grid by
+model/mrope.py.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import threading
 import json
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import attrs
 
@@ -82,13 +83,14 @@ def vision_config(model: str) -> dict[str, Any] | None:
 @attrs.frozen
 class ImageFormat:
     """How one model's prompt holds an image. The chat template renders `marker` where an
-    image goes; the processor widens it into `before`, `count(height, width)` image tokens
+    image goes; the processor widens it into `before`, `count(pixels, grid)` image tokens
     (one per feature row: the tokens replaced by virtual ids) and `after`."""
 
     marker: str
     image_token: str
     image_token_id: int
-    count: Callable[[int, int], int] = attrs.field(eq=False, repr=False)
+    count: Callable[[Any, "tuple[int, int, int] | None"], int] = attrs.field(eq=False,
+                                                                           repr=False)
     before: str = ""
     after: str = ""
 
@@ -111,6 +113,9 @@ class Architecture:
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
     # mlx-vlm's name of a language-model weight → mlx-lm's name of the same weight.
     weight_name: Callable[[str], str] = lambda name: name
+    # Image tokens have grid positions (M-RoPE, model/mrope.py): the processor gives each
+    # image a grid, and rows of `merge` x `merge` patches are one token.
+    mrope: bool = False
 
 
 def _llava_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
@@ -121,8 +126,9 @@ def _llava_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     extra = int(getattr(processor, "num_additional_image_tokens", 0) or 0) - \
         int(getattr(processor, "vision_feature_select_strategy", None) == "default")
 
-    def count(height: int, width: int) -> int:
+    def count(pixels: Any, grid: Any) -> int:
         patch = processor.patch_size
+        height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
         return int((height // patch) * (width // patch) + extra)
 
     return ImageFormat(token, token, int(config.get("image_token_index",
@@ -143,7 +149,7 @@ def _gemma3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
                                 f"mm_tokens_per_image ({n})")
     return ImageFormat(processor.boi_token, processor.image_token,
                        int(config.get("image_token_index", processor.image_token_id)),
-                       lambda height, width: n, before=f"\n\n{processor.boi_token}",
+                       lambda pixels, grid: n, before=f"\n\n{processor.boi_token}",
                        after=f"{processor.tokenizer.eoi_token}\n\n")
 
 
@@ -170,7 +176,7 @@ def _idefics3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     n = int(processor.image_seq_len)
     return ImageFormat(token, token, int(config.get("image_token_id",
                                                     processor.image_token_id)),
-                       lambda height, width: n, before=fake + text(processor.global_image_tag),
+                       lambda pixels, grid: n, before=fake + text(processor.global_image_tag),
                        after=fake)
 
 
@@ -178,6 +184,28 @@ def _idefics3_weight(name: str) -> str:
     """mlx-vlm's Idefics3 language model holds its layers at its top; mlx-lm's Llama under
     `model.`, beside its `lm_head`."""
     return name if name.startswith("lm_head.") else f"model.{name}"
+
+
+def _qwen_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
+    """Qwen2-VL and Qwen2.5-VL: the template's `<|vision_start|><|image_pad|><|vision_end|>`
+    keeps its markers; `<|image_pad|>` becomes one per `merge` x `merge` patches of the
+    image as the processor resized it (to multiples of patch x merge pixels, within
+    `min_pixels` and `max_pixels`), as mlx-vlm's Qwen2VLProcessor writes it."""
+    token = processor.image_token
+    merge = int(processor.image_processor.merge_size)
+
+    def count(pixels: Any, grid: Any) -> int:
+        t, h, w = grid
+        return int(t * h * w) // merge ** 2
+
+    return ImageFormat(token, token, int(config.get("image_token_id",
+                                                    processor.image_token_id)), count)
+
+
+def _qwen2_text_args(config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2-VL's language model is mlx-lm's qwen2 (biased q, k, v projections) but for its
+    RoPE, which model/mrope.py replaces: its `rope_scaling` only names the M-RoPE sections."""
+    return {**config, "model_type": "qwen2", "rope_scaling": None}
 
 
 # mlx-vlm architecture (config.json's model_type) → what triode does differently for it.
@@ -194,6 +222,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     "idefics3": Architecture(_idefics3_format, lambda config: {**config,
                                                                "tie_word_embeddings": False},
                              {"do_image_splitting": False}, _idefics3_weight),
+    # Their vision towers differ (Qwen2.5-VL's windowed attention, mlx-vlm computes both);
+    # the language models are the same Qwen2 with M-RoPE.
+    "qwen2_vl": Architecture(_qwen_format, _qwen2_text_args, mrope=True),
+    "qwen2_5_vl": Architecture(_qwen_format, _qwen2_text_args, mrope=True),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -224,8 +256,8 @@ class VisionPrompter:
     format: ImageFormat
     processor: Any = attrs.field(eq=False, repr=False)
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    # (the image part's URL and detail, digested) → (processed pixels, their digest)
-    _processed: OrderedDict[str, tuple[Any, str]] = attrs.field(
+    # (the image part's URL and detail, digested) → (processed pixels, their digest, grid)
+    _processed: OrderedDict[str, Processed] = attrs.field(
         factory=OrderedDict, eq=False, repr=False, alias="_processed")
     _lock: threading.Lock = attrs.field(factory=threading.Lock, eq=False, repr=False,
                                         alias="_lock")
@@ -248,8 +280,7 @@ class VisionPrompter:
             raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
                                  f"{len(images)} images", param="input", code="invalid_prompt")
         processed = [self.processed(image) for image in images]
-        pixels = [p for p, _ in processed]
-        lengths = [fmt.count(int(p.shape[-2]), int(p.shape[-1])) for p in pixels]
+        lengths = [fmt.count(p.pixels, p.grid) for p in processed]
         total = sum(lengths)
         if total > REQUEST_IMAGE_ROWS:
             raise InvalidRequest(f"the input's images are {total} image tokens; at most "
@@ -271,9 +302,10 @@ class VisionPrompter:
                                  param="input", code="invalid_prompt")
         spans: list[ImageSpan] = []
         at = 0
-        for (p, key), n in zip(processed, lengths):
+        for p, n in zip(processed, lengths):
             start = out.index(fmt.image_token_id, at)
-            spans.append(ImageSpan(start=start, length=n, digest=key, pixels=p))
+            spans.append(ImageSpan(start=start, length=n, digest=p.digest, pixels=p.pixels,
+                                   grid=p.grid))
             at = start + n
         return out, tuple(spans)
 
@@ -289,9 +321,9 @@ class VisionPrompter:
         out: list[int] = self.processor.tokenizer.encode(expanded, add_special_tokens=False)
         return out
 
-    def processed(self, image: dict[str, Any]) -> tuple[Any, str]:
-        """An image part's processed pixels and their digest: decoded and processed once
-        per image (the last PROCESSED_IMAGES are kept), however often it is rendered."""
+    def processed(self, image: dict[str, Any]) -> Processed:
+        """An image part's processed pixels, their digest and grid: decoded and processed
+        once per image (the last PROCESSED_IMAGES are kept), however often it is rendered."""
         key = hashlib.sha256(f"{image.get('detail') or 'auto'} {image['image_url']}"
                              .encode()).hexdigest()
         with self._lock:
@@ -299,16 +331,22 @@ class VisionPrompter:
             if found is not None:
                 self._processed.move_to_end(key)
                 return found
-        pixels = self.pixels(image)
-        made = (pixels, digest(pixels))
+        outputs = self.pixels(image)
+        pixels = outputs["pixel_values"]
+        thw = outputs.get("image_grid_thw")
+        grid = None if thw is None else cast(tuple[int, int, int],
+                                             tuple(int(n) for n in thw[0]))
+        made = Processed(pixels, digest(pixels, grid), grid)
         with self._lock:
             self._processed[key] = made
             while len(self._processed) > PROCESSED_IMAGES:
                 self._processed.popitem(last=False)
         return made
 
-    def pixels(self, image: dict[str, Any]) -> Any:
-        """An image part's processed pixels (numpy, [1, channels, height, width])."""
+    def pixels(self, image: dict[str, Any]) -> dict[str, Any]:
+        """The processor's outputs for an image part: `pixel_values` (numpy; [1, channels,
+        height, width], or Qwen-VL's [patches, patch values]) and, for a model with grid
+        positions, `image_grid_thw`."""
         from PIL import Image
 
         data = parse_data_url(image["image_url"], MAX_DATA_URL_BYTES).data
@@ -320,16 +358,27 @@ class VisionPrompter:
             scale = (limit / (rgb.width * rgb.height)) ** 0.5
             rgb = rgb.resize((max(1, int(rgb.width * scale)), max(1, int(rgb.height * scale))),
                              Image.Resampling.BICUBIC)
-        return self.processor.image_processor(images=[rgb], return_tensors="np",
-                                              **self.processor_kwargs)["pixel_values"]
+        outputs = self.processor.image_processor(images=[rgb], return_tensors="np",
+                                                 **self.processor_kwargs)
+        return {name: outputs[name] for name in ("pixel_values", "image_grid_thw")
+                if name in outputs}
 
 
-def digest(pixels: Any) -> str:
-    """An image's content key: its processed pixels and their shape."""
+@attrs.frozen
+class Processed:
+    """One image as its processor made it."""
+
+    pixels: Any = attrs.field(eq=False, repr=False)
+    digest: str
+    grid: tuple[int, int, int] | None = None
+
+
+def digest(pixels: Any, grid: Any = None) -> str:
+    """An image's content key: its processed pixels, their shape and its grid."""
     import numpy as np
 
     return hashlib.sha256(np.ascontiguousarray(pixels).tobytes()
-                          + repr(pixels.shape).encode()).hexdigest()
+                          + repr((pixels.shape, grid)).encode()).hexdigest()
 
 
 def prompter_of(tokenizer: Any) -> VisionPrompter | None:
@@ -356,9 +405,16 @@ class ImageRows:
         self.next = (secrets.randbelow(span // 2) if start is None else start) * capacity
         self.known: OrderedDict[str, int] = OrderedDict()   # digest → serial of its row 0
         self.computed = 0     # images run through the vision tower (statistics, tests)
+        # M-RoPE models (model/mrope.py): each row's position offsets from its token index
+        # plus its sequence's delta (time, row, column), and the delta an image's last row
+        # adds to the text after it.
+        self.grid: Any = None
+        self.ends: Any = None
 
-    def place(self, span: ImageSpan, features: Any) -> int:
-        """Writes an image's feature rows ([length, hidden]); returns its first serial."""
+    def place(self, span: ImageSpan, features: Any,
+              layout: tuple[int, int] | None = None) -> int:
+        """Writes an image's feature rows ([length, hidden]) and, for an image of `layout`
+        (its rows and columns of tokens), their grid positions; returns its first serial."""
         import mlx.core as mx
 
         if span.length > self.capacity:
@@ -371,11 +427,44 @@ class ImageRows:
         rows = mx.arange(base, base + span.length) % self.capacity
         self.table[rows] = features.astype(self.table.dtype)
         mx.eval(self.table)
+        if layout is not None:
+            self._lay_out(rows, span.length, layout)
         self.known[span.digest] = base
         self.known.move_to_end(span.digest)
         while self.known and next(iter(self.known.values())) < self.next - self.capacity // 2:
             self.known.popitem(last=False)
         return base
+
+    def _lay_out(self, rows: Any, length: int, layout: tuple[int, int]) -> None:
+        """Row k of an image of h x w tokens is at (st, st + r, st + c) for k = r * w + c,
+        st its first token's text position: offsets (-k, r - k, c - k) from the position
+        text at its index would have. Its last row adds max(h, w) - h * w to the delta of
+        the text after it (Qwen2-VL's get_rope_index)."""
+        import mlx.core as mx
+
+        h, w = layout
+        if h * w != length:
+            raise ValueError(f"an image of {length} tokens laid out as {h} x {w}")
+        if self.grid is None:
+            self.grid = mx.zeros((self.capacity, 3), dtype=mx.int32)
+            self.ends = mx.zeros((self.capacity,), dtype=mx.int32)
+        k = mx.arange(length, dtype=mx.int32)
+        self.grid[rows] = mx.stack([-k, k // w - k, k % w - k], axis=1)
+        self.ends[rows] = mx.where(k == length - 1, max(h, w) - length, 0)
+        mx.eval(self.grid, self.ends)
+
+    def layout_of(self, ids: Any) -> tuple[Any, Any]:
+        """For a batch of ids ([batch, tokens]): each token's grid offsets ([batch, tokens,
+        3]; zeros for text) and the delta it ends an image with ([batch, tokens])."""
+        import mlx.core as mx
+
+        if self.grid is None:
+            return (mx.zeros((*ids.shape, 3), dtype=mx.int32),
+                    mx.zeros(ids.shape, dtype=mx.int32))
+        virtual = ids >= self.first
+        slot = mx.where(virtual, (ids - self.first) % self.capacity, 0)
+        return (mx.where(virtual[..., None], self.grid[slot], 0),
+                mx.where(virtual, self.ends[slot], 0))
 
     def serial(self, span: ImageSpan) -> int | None:
         """The first serial of an image's rows, if it has rows in the newer half of the
@@ -414,6 +503,7 @@ class Vision:
     model: Any
     rows: ImageRows
     prompter: VisionPrompter
+    merge: int | None = None   # M-RoPE models: patches per token side (model/mrope.py)
 
     @property
     def image_token_id(self) -> int:
@@ -432,9 +522,15 @@ class Vision:
                 # embeddings at the image's tokens (its scaling included); the mask is the
                 # processor's attention mask (Gemma 3's embedding step reads it).
                 ids = mx.array([[self.image_token_id] * span.length])
+                extra = {} if span.grid is None else {"image_grid_thw": mx.array([span.grid])}
                 embedded = self.model.get_input_embeddings(ids, mx.array(span.pixels),
-                                                           mask=mx.ones(ids.shape))
-                base = self.rows.place(span, embedded.inputs_embeds[0])
+                                                           mask=mx.ones(ids.shape), **extra)
+                layout = None
+                if self.merge is not None:
+                    if span.grid is None or span.grid[0] != 1:
+                        raise ValueError("an M-RoPE image needs a grid of one frame")
+                    layout = (span.grid[1] // self.merge, span.grid[2] // self.merge)
+                base = self.rows.place(span, embedded.inputs_embeds[0], layout)
                 self.rows.computed += 1
             first = self.rows.first + base
             out[span.start:span.start + span.length] = range(first, first + span.length)
@@ -508,6 +604,13 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
     embedding.__class__ = type(f"Image{type(embedding).__name__}",
                                (ImageEmbedding, type(embedding)), {})
     embedding._triode_rows = rows
+    merge = None
+    if architecture.mrope:
+        from . import mrope
+
+        merge = int(vlm.config.vision_config.spatial_merge_size)
+        rotary = vlm.language_model.model.layers[0].self_attn.rotary_emb
+        mrope.install(lm, rotary, rows, lm.model.norm.weight.dtype)
     prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs)
     tokenizer._triode_vision = prompter
-    return lm, tokenizer, Vision(vlm, rows, prompter)
+    return lm, tokenizer, Vision(vlm, rows, prompter, merge)

@@ -26,7 +26,7 @@ def window_caches(model: Any, window: int) -> list[Any]:
 
     if hasattr(model, "make_cache"):
         raise ValueError("--attention-window needs a model whose layers all use a plain KV "
-                         "cache; this one makes its own caches (sliding windows or other "
-                         "layer kinds)")
+                         "cache; this one makes its own caches (sliding windows, other "
+                         "layer kinds or M-RoPE positions)")
     return [RotatingKVCache(max_size=window)   # type: ignore[no-untyped-call]
             for _ in range(len(model.layers))]
