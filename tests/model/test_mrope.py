@@ -1,5 +1,5 @@
-"""M-RoPE (model/mrope.py) in the batched engine, on the Qwen2-VL and Qwen2.5-VL fixtures
-(tests/fixtures/qwen_vl.py): prompts with images batched with each other and with text,
+"""M-RoPE (model/mrope.py) in the batched engine, on the Qwen2-VL, Qwen2.5-VL and Qwen3-VL
+fixtures (tests/fixtures/qwen_vl.py): prompts with images batched with each other and with text,
 prefilled in chunks that split images, decoded plainly or speculatively, generate exactly what
 mlx-vlm's own generation does alone; each sequence's position delta lives in its cache (it
 survives extraction and trimming); speculation never drafts an image's ids."""
@@ -55,8 +55,12 @@ def mlx_vlm_greedy(model, tokens, spans, n: int = TOKENS) -> list[int]:
         pixels = mx.array(np.concatenate([s.pixels for s in spans]))
         grid = mx.array([s.grid for s in spans])
         embedded = model.get_input_embeddings(ids, pixels, image_grid_thw=grid)
+        deep = {}   # Qwen3-VL: the deepstack features and where they go
+        if getattr(embedded, "deepstack_visual_embeds", None) is not None:
+            deep = {"visual_pos_masks": embedded.visual_pos_masks,
+                    "deepstack_visual_embeds": embedded.deepstack_visual_embeds}
         logits = lm(ids, inputs_embeds=embedded.inputs_embeds, cache=cache,
-                    pixel_values=pixels, image_grid_thw=grid).logits
+                    pixel_values=pixels, image_grid_thw=grid, **deep).logits
     else:
         logits = lm(ids, cache=cache).logits
     out = []
@@ -67,7 +71,7 @@ def mlx_vlm_greedy(model, tokens, spans, n: int = TOKENS) -> list[int]:
     return out
 
 
-def generate(lm, prompts, *, chunk: int, speculative: bool = False):
+def generate(lm, prompts, *, chunk: int, speculative: bool = False, n: int = TOKENS):
     """Greedy tokens of `prompts` run together through mlx-lm's BatchGenerator (the
     engine's), prefilled `chunk` tokens at a time; with `speculative`, the engine's
     prompt-lookup decoding installed. Returns the tokens and the batch's counts."""
@@ -81,9 +85,9 @@ def generate(lm, prompts, *, chunk: int, speculative: bool = False):
     if speculative:
         spec.install(gen, knee=1e6, learn=False)   # drafting always looks worth it
     greedy = make_sampler(temp=0.0)
-    uids = gen.insert(prompts, [TOKENS] * len(prompts), samplers=[greedy] * len(prompts))
+    uids = gen.insert(prompts, [n] * len(prompts), samplers=[greedy] * len(prompts))
     out: dict[int, list[int]] = {u: [] for u in uids}
-    while any(len(v) < TOKENS for v in out.values()):
+    while any(len(v) < n for v in out.values()):
         _, responses = gen.next()
         for r in responses:
             out[r.uid].append(r.token)
@@ -96,14 +100,16 @@ def generate(lm, prompts, *, chunk: int, speculative: bool = False):
 def test_image_and_text_prompts_batched_generate_what_mlx_vlm_does_alone(loaded, speculative):
     """Two image prompts (one with two images of other sizes) and a text prompt, prefilled
     together 16 tokens at a time (chunks end inside images) and decoded together: each
-    gives mlx-vlm's own greedy tokens for it alone."""
+    gives mlx-vlm's own greedy tokens for it alone. Speculative decoding runs longer, so
+    the random model's outputs repeat themselves and drafts are verified."""
     lm, tokenizer, vision = loaded
     prompts = [prompt(tokenizer, image(1, 70, 50)),
                prompt(tokenizer, image(2, 30, 90), image(3, 40, 40), text="Compare them."),
                prompt(tokenizer, text="Say something about nothing at all, please.")]
-    theirs = [mlx_vlm_greedy(vision.model, tokens, spans) for tokens, spans in prompts]
+    n = 32 if speculative else TOKENS
+    theirs = [mlx_vlm_greedy(vision.model, tokens, spans, n) for tokens, spans in prompts]
     placed = [vision.place(tokens, spans) for tokens, spans in prompts]
-    ours, counts = generate(lm, placed, chunk=16, speculative=speculative)
+    ours, counts = generate(lm, placed, chunk=16, speculative=speculative, n=n)
     assert ours == theirs
     if speculative:
         assert counts["speculative"] > 0
@@ -177,3 +183,55 @@ def test_drafts_never_hold_an_image_s_ids():
     assert NgramIndex(tokens).propose(4) == [7, 900, 901, 5]
     assert NgramIndex(tokens, vocabulary=900).propose(4) == [7]
     assert NgramIndex([1, 2, 900, 1, 2], vocabulary=900).propose(3) == []
+
+
+def test_an_image_the_vision_tower_fails_on_fails_its_request_alone(tmp_path, monkeypatch):
+    """On the engine itself: a request whose image cannot be encoded ends at once with the
+    error (its response fails), and a text request beside it, and one after it, generate:
+    the engine serves on."""
+    from triode.model.engine import Engine, EngineOptions, Insert
+    from triode.model.request import GenerationRequest, Sampling
+    from triode.model.vision import Vision
+
+    directory = qwen_vl.build(tmp_path / "qwen2-vl")
+    _, tokenizer, _ = load_vision(str(directory))
+    image_tokens, spans = prompt(tokenizer, image(9, 40, 40))
+    text_tokens, _ = prompt(tokenizer, text="Hello there.")
+
+    def broken(self, tokens, images):
+        raise RuntimeError("the vision tower broke")
+    monkeypatch.setattr(Vision, "place", broken)
+    greedy = Sampling(temperature=0.0)
+    outputs: dict[int, list] = {1: [], 2: [], 3: []}
+
+    class Done(Exception):
+        pass
+
+    def exchange(step_outputs, idle, cache, speculation=None):
+        for out in step_outputs:
+            outputs[out.uid].append(out)
+        if not any(outputs.values()) and not exchange.sent:
+            exchange.sent = True
+            return [Insert(1, GenerationRequest(prompt=image_tokens, max_tokens=4,
+                                                sampling=greedy, images=spans)),
+                    Insert(2, GenerationRequest(prompt=text_tokens, max_tokens=4,
+                                                sampling=greedy))]
+        if outputs[2] and outputs[2][-1].finish_reason and not outputs[3]:
+            if not exchange.third:
+                exchange.third = True
+                return [Insert(3, GenerationRequest(prompt=text_tokens, max_tokens=4,
+                                                    sampling=greedy))]
+        if outputs[3] and outputs[3][-1].finish_reason:
+            raise Done
+        return []
+    exchange.sent = exchange.third = False
+
+    engine = Engine(EngineOptions(model=str(directory), parallel=4))
+    with pytest.raises(Done):
+        engine.run(exchange, lambda info, tokenizer: None)
+    [failed] = outputs[1]
+    assert failed.finish_reason == "stop"
+    assert failed.error == "its images could not be encoded (the vision tower broke)"
+    for uid in (2, 3):
+        assert outputs[uid][-1].finish_reason == "length" and len(outputs[uid]) == 4
+        assert all(o.error is None for o in outputs[uid])

@@ -1,6 +1,6 @@
 """A vision model served as text model + image rows (model/vision.py), on each fixture
 vision model (LLaVA-1.5, tests/fixtures/vlm.py; Gemma 3, tests/fixtures/gemma3_vlm.py;
-Idefics3, tests/fixtures/idefics3_vlm.py; Qwen2-VL and Qwen2.5-VL with their M-RoPE
+Idefics3, tests/fixtures/idefics3_vlm.py; Qwen2-VL, Qwen2.5-VL and Qwen3-VL with their M-RoPE
 positions, tests/fixtures/qwen_vl.py and model/mrope.py): an
 image is the run of tokens mlx-vlm's processor makes of it, the rebuilt mlx-lm language
 model with an image's rows computes mlx-vlm's own logits, images are keyed by content, and
@@ -53,9 +53,10 @@ def idefics3_logits(model, ids, spans):
 
 
 def qwen_logits(model, ids, spans):
-    """mlx-vlm's Qwen2-VL / Qwen2.5-VL forward pass: the vision tower over every image's
-    patches with their grids, the features at the image tokens, the language model with
-    the M-RoPE positions its get_rope_index computes from the grids."""
+    """mlx-vlm's Qwen2-VL / Qwen2.5-VL / Qwen3-VL forward pass: the vision tower over every
+    image's patches with their grids, the features at the image tokens (Qwen3-VL's deepstack
+    features added after its first layers), the language model with the M-RoPE positions its
+    get_rope_index computes from the grids."""
     grid = mx.array([s.grid for s in spans])
     return model(ids, pixels_of(spans), image_grid_thw=grid).logits
 
@@ -71,7 +72,8 @@ def qwen_fixture(kind):
 FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits),
             "idefics3": (idefics3_vlm, idefics3_logits),
             "qwen2_vl": (qwen_fixture("qwen2_vl"), qwen_logits),
-            "qwen2_5_vl": (qwen_fixture("qwen2_5_vl"), qwen_logits)}
+            "qwen2_5_vl": (qwen_fixture("qwen2_5_vl"), qwen_logits),
+            "qwen3_vl": (qwen_fixture("qwen3_vl"), qwen_logits)}
 
 
 def tokens_of(fixture, width, height):

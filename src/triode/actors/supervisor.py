@@ -267,7 +267,7 @@ class Supervisor:
                     self.stop_sequence = self._stops.matched
                 output.feed(text, out.logprobs)
                 if out.error is not None:
-                    raise APIError(f"constrained decoding failed: {out.error}")
+                    raise APIError(out.error)
                 if stopped or out.finish_reason is not None:
                     if not stopped:
                         output.feed(self._stops.flush())

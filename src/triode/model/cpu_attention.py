@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import threading
 from typing import Any, Callable, Iterator
 
 from . import blas
@@ -53,6 +54,7 @@ EXP_FLOOR = -80.0
 _original: Callable[..., Any] | None = None
 _vexp: Any = None
 _users = 0   # routed() blocks running
+_local = threading.local()   # .mlx: in a `mlx_kernels()` block on this thread
 
 
 def installed() -> bool:
@@ -96,6 +98,19 @@ def routed() -> Iterator[bool]:
             uninstall()
 
 
+@contextlib.contextmanager
+def mlx_kernels() -> Iterator[None]:
+    """MLX's own attention for the block, on this thread, routed or not: for code that may
+    run attention inside an MLX transformation (a compiled vision tower), where nothing can
+    leave MLX's graph."""
+    before = getattr(_local, "mlx", False)
+    _local.mlx = True
+    try:
+        yield
+    finally:
+        _local.mlx = before
+
+
 def uninstall() -> None:
     global _original
     if _original is None:
@@ -118,7 +133,7 @@ def attention(queries: Any, keys: Any, values: Any, *, scale: float, mask: Any =
     assert _original is not None
     batch, heads, length, _ = queries.shape
     kv_heads, span = keys.shape[1], keys.shape[2]
-    if (sinks is not None
+    if (sinks is not None or getattr(_local, "mlx", False)
             or (length < PREFILL_QUERIES
                 and (span < MIN_DECODE_KEYS or batch * heads * span < MIN_ROW_SCORES))
             or queries.dtype != mx.float32 or keys.dtype != mx.float32

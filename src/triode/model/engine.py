@@ -58,7 +58,8 @@ class StepOutput:
     token: int
     text: str                   # newly decodable text (UTF-8 safe; may be empty)
     finish_reason: str | None   # "stop" (end of sequence), "length" (max tokens), or None
-    error: str | None = None    # set on the last output when constrained decoding failed
+    error: str | None = None    # set on the last output when the sequence failed (its
+                                # constrained decoding, its images' encoding)
     logprobs: dict[str, Any] | None = None  # OpenAI's logprob entry for this token, when asked for
     cached_tokens: int = 0      # on a sequence's first output: prompt tokens the prompt cache
                                 # supplied (their prefill was skipped)
@@ -477,7 +478,14 @@ class Engine:
                 for cmd in commands or ():
                     if isinstance(cmd, Insert):
                         if cmd.request.images and vision is not None:
-                            cmd = vision.placed(cmd)   # image tokens → their rows' ids
+                            try:
+                                cmd = vision.placed(cmd)   # image tokens → their rows' ids
+                            except Exception as exc:   # this request fails, not the engine
+                                log.exception("encoding a request's images failed")
+                                outputs.append(StepOutput(
+                                    cmd.uid, 0, "", "stop",
+                                    error=f"its images could not be encoded ({exc})"))
+                                continue
                         prompt = list(cmd.request.prompt)
                         namespace = cmd.request.cache_key or PROMPT_CACHE_KEY
                         kv, rest = cache.fetch(prompt, namespace) if cache is not None \
@@ -557,7 +565,8 @@ class Engine:
                     if r.finish_reason is not None:
                         seq.detokenizer.finalize()
                         del running[seq.uid], by_generator[r.uid]
-                        error = seq.constraint.error if seq.constraint is not None else None
+                        if seq.constraint is not None and seq.constraint.error is not None:
+                            error = f"constrained decoding failed: {seq.constraint.error}"
                         if cache is not None and r.prompt_cache is not None:
                             cache.keep(r.all_tokens, r.prompt_cache, seq.cache_namespace)
                     outputs.append(StepOutput(seq.uid, r.token, seq.detokenizer.last_segment,

@@ -38,14 +38,17 @@ KVCache: Any = importlib.import_module("mlx_lm.models.cache").KVCache
 class GridRope(Module):  # type: ignore[misc]
     """Rotates queries and keys by the positions of the current forward pass (`cos`,
     `sin`: [batch, 1, tokens, head_dim], set by `GridPositions.__call__`), as Qwen-VL's
-    rotate-half RoPE does; mlx-lm's offset argument is ignored (it is in the positions)."""
+    rotate-half RoPE does; mlx-lm's offset argument is ignored (it is in the positions).
+    It also holds the pass's deepstack additions (`DeepstackLayer`)."""
 
     def __init__(self) -> None:
         super().__init__()
         object.__setattr__(self, "_angles", None)
+        object.__setattr__(self, "deep", [])
 
-    def set(self, cos: Any, sin: Any) -> None:
+    def set(self, cos: Any, sin: Any, deep: list[Any]) -> None:
         object.__setattr__(self, "_angles", (cos, sin))
+        object.__setattr__(self, "deep", deep)
 
     def __call__(self, x: Any, offset: Any = 0) -> Any:
         cos, sin = self._angles
@@ -75,7 +78,7 @@ class GridPositions:
         positions, deltas = self.positions(inputs, None if cache is None else cache[0],
                                            track)
         cos, sin = self._triode_rotary(self._triode_like, positions)
-        self._triode_rope.set(cos[:, None], sin[:, None])
+        self._triode_rope.set(cos[:, None], sin[:, None], self._triode_rows.deep_of(inputs))
         if track is not None:
             kept = deltas[:, None, :, None].astype(mx.float32)
             track.update_and_fetch(kept, kept)
@@ -96,6 +99,22 @@ class GridPositions:
         return positions, mx.where(index >= 0, after, 0)   # padding keeps 0
 
 
+class DeepstackLayer:
+    """Mixed into Qwen3-VL's first decoder layers: layer i adds, at image rows, the vision
+    tower's i-th deepstack features (kept with the image's rows) to its output, as
+    mlx-vlm's Qwen3-VL language model does."""
+
+    _triode_level: int
+    _triode_rope: GridRope
+
+    def __call__(self, x: Any, mask: Any = None, cache: Any = None) -> Any:
+        h = super().__call__(x, mask, cache)  # type: ignore[misc]
+        deep = self._triode_rope.deep
+        if self._triode_level < len(deep):
+            h = h + deep[self._triode_level].astype(h.dtype)
+        return h
+
+
 def current_delta(track: Any, batch: int) -> Any:
     """Each row's delta so far: the least of what its cache's position layer holds."""
     keys = None if track is None else track.keys
@@ -109,13 +128,19 @@ def current_delta(track: Any, batch: int) -> Any:
     return mx.minimum(held, 0).astype(mx.int32)
 
 
-def install(model: Any, rotary: Any, rows: Any, dtype: Any) -> None:
+def install(model: Any, rotary: Any, rows: Any, dtype: Any, deepstack: int = 0) -> None:
     """Makes `model` (mlx-lm's class of the language model) compute M-RoPE positions with
     `rotary` (mlx-vlm's, whose frequency layout is the model's) in `dtype`: its class gets
-    `GridPositions` mixed in and every attention's RoPE becomes one shared `GridRope`."""
+    `GridPositions` mixed in and every attention's RoPE becomes one shared `GridRope`; its
+    first `deepstack` layers add the images' deepstack features (Qwen3-VL)."""
     rope = GridRope()
     for layer in model.layers:
         layer.self_attn.rope = rope
+    for level, layer in enumerate(model.layers[:deepstack]):
+        layer.__class__ = type(f"Deepstack{type(layer).__name__}",
+                               (DeepstackLayer, type(layer)), {})
+        object.__setattr__(layer, "_triode_level", level)
+        object.__setattr__(layer, "_triode_rope", rope)
     model.__class__ = type(f"Grid{type(model).__name__}", (GridPositions, type(model)), {})
     for name, value in (("_triode_rope", rope), ("_triode_rotary", rotary),
                         ("_triode_rows", rows), ("_triode_like", mx.zeros((0,), dtype))):

@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence, cast
 import attrs
 
 from ..errors import InvalidRequest, SettingsError
+from . import cpu_attention
 from .decoding import DETAIL_PIXELS, parse_data_url
 from .request import ImageSpan
 
@@ -208,6 +209,11 @@ def _qwen2_text_args(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "model_type": "qwen2", "rope_scaling": None}
 
 
+def _qwen3_text_args(config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-VL's is mlx-lm's qwen3 (q and k norms, its own head_dim), likewise."""
+    return {**config, "model_type": "qwen3", "rope_scaling": None}
+
+
 # mlx-vlm architecture (config.json's model_type) → what triode does differently for it.
 # Gemma 3's image features reach the language model divided by sqrt(hidden) (mlx-vlm's
 # get_input_embeddings), which the language model multiplies back with every embedding:
@@ -226,6 +232,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     # the language models are the same Qwen2 with M-RoPE.
     "qwen2_vl": Architecture(_qwen_format, _qwen2_text_args, mrope=True),
     "qwen2_5_vl": Architecture(_qwen_format, _qwen2_text_args, mrope=True),
+    # Qwen3's language model, interleaved M-RoPE sections (mlx-vlm's rotary module computes
+    # them) and deepstack features added after its first layers.
+    "qwen3_vl": Architecture(_qwen_format, _qwen3_text_args, mrope=True),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -410,11 +419,15 @@ class ImageRows:
         # adds to the text after it.
         self.grid: Any = None
         self.ends: Any = None
+        # Qwen3-VL: per deepstack level, each row's features added after that language
+        # layer (model/mrope.py's DeepstackLayer).
+        self.deep: list[Any] = []
 
     def place(self, span: ImageSpan, features: Any,
-              layout: tuple[int, int] | None = None) -> int:
-        """Writes an image's feature rows ([length, hidden]) and, for an image of `layout`
-        (its rows and columns of tokens), their grid positions; returns its first serial."""
+              layout: tuple[int, int] | None = None, deep: Sequence[Any] = ()) -> int:
+        """Writes an image's feature rows ([length, hidden]), for an image of `layout` (its
+        rows and columns of tokens) their grid positions, and its `deep` features per
+        deepstack level ([length, hidden] each); returns its first serial."""
         import mlx.core as mx
 
         if span.length > self.capacity:
@@ -429,6 +442,12 @@ class ImageRows:
         mx.eval(self.table)
         if layout is not None:
             self._lay_out(rows, span.length, layout)
+        for level, values in enumerate(deep):
+            if level == len(self.deep):
+                self.deep.append(mx.zeros(self.table.shape, dtype=self.table.dtype))
+            self.deep[level][rows] = values.astype(self.table.dtype)
+        if deep:
+            mx.eval(self.deep)
         self.known[span.digest] = base
         self.known.move_to_end(span.digest)
         while self.known and next(iter(self.known.values())) < self.next - self.capacity // 2:
@@ -465,6 +484,17 @@ class ImageRows:
         slot = mx.where(virtual, (ids - self.first) % self.capacity, 0)
         return (mx.where(virtual[..., None], self.grid[slot], 0),
                 mx.where(virtual, self.ends[slot], 0))
+
+    def deep_of(self, ids: Any) -> list[Any]:
+        """For a batch of ids: per deepstack level, what each token adds after that layer
+        ([batch, tokens, hidden]; zeros for text)."""
+        import mlx.core as mx
+
+        if not self.deep:
+            return []
+        virtual = (ids >= self.first)[..., None]
+        slot = mx.where(ids >= self.first, (ids - self.first) % self.capacity, 0)
+        return [mx.where(virtual, table[slot], 0) for table in self.deep]
 
     def serial(self, span: ImageSpan) -> int | None:
         """The first serial of an image's rows, if it has rows in the newer half of the
@@ -523,14 +553,18 @@ class Vision:
                 # processor's attention mask (Gemma 3's embedding step reads it).
                 ids = mx.array([[self.image_token_id] * span.length])
                 extra = {} if span.grid is None else {"image_grid_thw": mx.array([span.grid])}
-                embedded = self.model.get_input_embeddings(ids, mx.array(span.pixels),
-                                                           mask=mx.ones(ids.shape), **extra)
+                # (MLX's own attention: a vision tower may run compiled, Qwen3-VL's does)
+                with cpu_attention.mlx_kernels():
+                    embedded = self.model.get_input_embeddings(
+                        ids, mx.array(span.pixels), mask=mx.ones(ids.shape), **extra)
                 layout = None
                 if self.merge is not None:
                     if span.grid is None or span.grid[0] != 1:
                         raise ValueError("an M-RoPE image needs a grid of one frame")
                     layout = (span.grid[1] // self.merge, span.grid[2] // self.merge)
-                base = self.rows.place(span, embedded.inputs_embeds[0], layout)
+                deep = getattr(embedded, "deepstack_visual_embeds", None)
+                base = self.rows.place(span, embedded.inputs_embeds[0], layout,
+                                       () if deep is None else list(deep))
                 self.rows.computed += 1
             first = self.rows.first + base
             out[span.start:span.start + span.length] = range(first, first + span.length)
@@ -610,7 +644,8 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
 
         merge = int(vlm.config.vision_config.spatial_merge_size)
         rotary = vlm.language_model.model.layers[0].self_attn.rotary_emb
-        mrope.install(lm, rotary, rows, lm.model.norm.weight.dtype)
+        levels = len(getattr(vlm.config.vision_config, "deepstack_visual_indexes", ()) or ())
+        mrope.install(lm, rotary, rows, lm.model.norm.weight.dtype, levels)
     prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs)
     tokenizer._triode_vision = prompter
     return lm, tokenizer, Vision(vlm, rows, prompter, merge)
