@@ -16,7 +16,7 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from ..fixtures import gemma3_vlm, idefics3_vlm, qwen_vl, vlm  # noqa: E402
+from ..fixtures import gemma3_vlm, idefics3_vlm, mistral3_vlm, qwen_vl, vlm  # noqa: E402
 from ..fixtures.media import data_url, image_bytes  # noqa: E402
 from triode.model.vision import (ImageRows, VisionPrompter, load_vision,  # noqa: E402
                                  prompter_of)
@@ -69,11 +69,41 @@ def qwen_fixture(kind):
                                  tokens_of=qwen_vl.image_tokens)
 
 
+def pixtral_logits(model, ids, spans):
+    """mlx-vlm's Pixtral / Mistral 3 forward pass: the vision tower over the image at its
+    size, the projector (Mistral 3's merges 2 x 2 patches), the features at the `[IMG]`
+    tokens (the row breaks stay text)."""
+    sizes = mx.array([s.sizes[0][1] for s in spans])
+    return model(ids, pixels_of(spans), mask=None, image_sizes=sizes).logits
+
+
+def pixtral_fixture(kind):
+    """tests/fixtures/mistral3_vlm.py for one kind: an image's tokens depend on its size,
+    and its run holds a row break after each row but the last."""
+    def run_length(width, height):
+        rows, columns = mistral3_vlm.image_rows(width, height, kind)
+        return rows * (columns + 1) - 1
+
+    return types.SimpleNamespace(
+        build=functools.partial(mistral3_vlm.build, kind=kind),
+        IMAGE_TOKENS=mistral3_vlm.image_tokens(70, 50, kind),
+        tokens_of=functools.partial(mistral3_vlm.image_tokens, kind=kind),
+        run_length=run_length)
+
+
 FAMILIES = {"llava": (vlm, llava_logits), "gemma3": (gemma3_vlm, gemma3_logits),
             "idefics3": (idefics3_vlm, idefics3_logits),
             "qwen2_vl": (qwen_fixture("qwen2_vl"), qwen_logits),
             "qwen2_5_vl": (qwen_fixture("qwen2_5_vl"), qwen_logits),
-            "qwen3_vl": (qwen_fixture("qwen3_vl"), qwen_logits)}
+            "qwen3_vl": (qwen_fixture("qwen3_vl"), qwen_logits),
+            "mistral3": (pixtral_fixture("mistral3"), pixtral_logits),
+            "pixtral": (pixtral_fixture("pixtral"), pixtral_logits)}
+
+
+def tokens_in_run(tokens, span, vision):
+    """The image tokens of an image's run."""
+    return [t for t in tokens[span.start:span.start + span.length]
+            if t == vision.image_token_id]
 
 
 def tokens_of(fixture, width, height):
@@ -120,14 +150,25 @@ def image_prompt(tokenizer, seed: int = 0, detail: str = "auto"):
 
 
 def test_an_image_is_a_run_of_its_tokens(loaded, fixture):
-    """One image in the template becomes the processor's 16 tokens (LLaVA: 4 x 4 patches;
-    Gemma 3: mm_tokens_per_image)."""
+    """One image in the template becomes the processor's image tokens (LLaVA: 4 x 4
+    patches; Gemma 3: mm_tokens_per_image; Qwen-VL: its size over 8 x 8 pixels), one run;
+    Pixtral's and Mistral 3's run holds a row break after each row but the last."""
     _, tokenizer, vision = loaded
     tokens, [span] = image_prompt(tokenizer)
-    assert span.length == fixture.IMAGE_TOKENS
-    assert tokens[span.start:span.start + span.length] == \
-        [vision.image_token_id] * fixture.IMAGE_TOKENS
-    assert tokens.count(vision.image_token_id) == fixture.IMAGE_TOKENS
+    run = tokens[span.start:span.start + span.length]
+    image = vision.image_token_id
+    assert run.count(image) == tokens.count(image) == fixture.IMAGE_TOKENS
+    assert run[0] == run[-1] == image
+    run_length = getattr(fixture, "run_length", None)
+    if run_length is None:
+        assert run == [image] * fixture.IMAGE_TOKENS
+        return
+    rows, columns = mistral3_vlm.image_rows(70, 50, "pixtral" if fixture.IMAGE_TOKENS > 100
+                                            else "mistral3")
+    assert span.length == run_length(70, 50)
+    breaks = tokenizer.convert_tokens_to_ids("[IMG_BREAK]")
+    assert run == ([image] * columns + [breaks]) * (rows - 1) + [image] * columns
+    assert tokens[span.start + span.length] == tokenizer.convert_tokens_to_ids("[IMG_END]")
 
 
 def span_shape(span):
@@ -159,6 +200,13 @@ def test_images_are_tokenized_as_mlx_vlm_s_processor_does(loaded):
                               np.array(theirs["pixel_values"]))
         assert [list(s.grid) for s in spans] == np.array(theirs["image_grid_thw"]).tolist()
         assert spans[0].length != spans[1].length   # sized by each image's own size
+        return
+    if dict(spans[0].sizes).get("image_sizes"):   # Pixtral: padded to the largest, cropped
+        for i, span in enumerate(spans):
+            height, width = span.sizes[0][1]
+            assert list(span.sizes[0][1]) == list(np.array(theirs["image_sizes"])[i])
+            assert np.array_equal(span.pixels[0],
+                                  np.array(theirs["pixel_values"])[i, :, :height, :width])
         return
     # One image per entry ([images, C, H, W]; Idefics3's processor adds a batch axis).
     pixels = np.array(theirs["pixel_values"]).reshape(-1, *span_shape(spans[0]))
@@ -265,7 +313,11 @@ def test_images_are_keyed_by_content(loaded):
     other = vision.place(*image_prompt(tokenizer, seed=2))
     s = spans[0]
     assert other[:s.start] == first[:s.start]
-    assert set(other[s.start:s.start + s.length]).isdisjoint(first[s.start:s.start + s.length])
+
+    def rows(placed):   # the run's virtual ids (Pixtral's row breaks stay text)
+        return {t for t in placed[s.start:s.start + s.length] if t >= vision.rows.first}
+    assert len(rows(first)) == len(rows(other)) == len(tokens_in_run(tokens, s, vision))
+    assert rows(other).isdisjoint(rows(first))
 
 
 def test_rows_overwritten_in_the_ring_are_computed_again():
@@ -334,29 +386,32 @@ def test_detail_low_shrinks_the_image_before_the_processor(loaded, fixture):
     """`detail: low` starts the processor from at most 512 x 512 pixels: LLaVA's and
     Gemma 3's one resolution gives the same token count, from other pixels (another content
     key); the Qwen fixture's `max_pixels` (64 x 64) is below that, so it sizes both alike."""
-    _, tokenizer, _ = loaded
+    _, tokenizer, vision = loaded
     prompter = prompter_of(tokenizer)
     url = data_url(image_bytes(900, 700, seed=6), "image/png")
     text = render(tokenizer, text="hi")
     tokens = tokenizer.encode(text, add_special_tokens=False)
-    _, [auto] = prompter.expand(tokens, [{"image_url": url, "detail": "auto"}], text)
-    _, [high] = prompter.expand(tokens, [{"image_url": url, "detail": "high"}], text)
-    _, [low] = prompter.expand(tokens, [{"image_url": url, "detail": "low"}], text)
-    assert auto.length == low.length == tokens_of(fixture, 900, 700)
+
+    def expand(detail):
+        expanded, [span] = prompter.expand(tokens, [{"image_url": url, "detail": detail}],
+                                           text)
+        return span, len(tokens_in_run(expanded, span, vision))
+    (auto, n_auto), (high, _), (low, n_low) = expand("auto"), expand("high"), expand("low")
+    assert n_auto == n_low == tokens_of(fixture, 900, 700)
     assert auto.digest == high.digest != low.digest
 
 
 def test_a_vision_architecture_not_served_is_refused_at_startup(tmp_path):
-    """A vision config of an architecture triode does not serve (Mistral 3) is a
-    SettingsError naming --model, before anything loads."""
+    """A vision config of an architecture triode does not serve (GLM-4V, whose language
+    model mlx-vlm serves) is a SettingsError naming --model, before anything loads."""
     import json
 
     from triode.errors import SettingsError
     from triode.model.loading import check_model
 
     (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "mistral3", "vision_config": {}, "text_config": {}}))
-    with pytest.raises(SettingsError, match="--model.*'mistral3'.*llava, gemma3"):
+        {"model_type": "glm4v", "vision_config": {}, "text_config": {}}))
+    with pytest.raises(SettingsError, match="--model.*'glm4v'.*llava, gemma3"):
         check_model(str(tmp_path))
 
 
@@ -434,3 +489,32 @@ def test_an_image_is_processed_once_however_often_it_is_rendered(loaded, monkeyp
     image_prompt(tokenizer, seed=14)
     image_prompt(tokenizer, seed=13, detail="low")
     assert processed == ["auto", "auto", "low"]
+
+
+@pytest.mark.parametrize("kind", mistral3_vlm.KINDS)
+def test_pixtral_images_of_other_sizes_give_mlx_vlm_s_logits(kind, tmp_path_factory):
+    """Two images of other sizes in one Pixtral / Mistral 3 prompt: the tokens are mlx-vlm's
+    processor's, and the logits those of mlx-vlm's model over its processor's own inputs (the
+    images padded to the larger, with their sizes), where triode ran each image alone."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    lm, tokenizer, vision = load_vision(str(mistral3_vlm.build(
+        tmp_path_factory.mktemp(kind), kind)))
+    prompter = prompter_of(tokenizer)
+    text = render(tokenizer, images=2, text="Compare them.")
+    sizes = [(70, 50), (30, 90)]
+    tokens, spans = prompter.expand(
+        tokenizer.encode(text, add_special_tokens=False),
+        [image_part(seed=20 + i, width=w, height=h) for i, (w, h) in enumerate(sizes)], text)
+    images = [Image.open(io.BytesIO(image_bytes(w, h, seed=20 + i))).convert("RGB")
+              for i, (w, h) in enumerate(sizes)]
+    theirs_inputs = prompter.processor(text=text, images=images)
+    assert tokens == np.array(theirs_inputs["input_ids"])[0].tolist()
+    theirs = vision.model(mx.array([tokens]), mx.array(theirs_inputs["pixel_values"]),
+                          mask=None, image_sizes=mx.array(theirs_inputs["image_sizes"])).logits
+    ours = lm(mx.array([vision.place(tokens, spans)]))
+    assert mx.allclose(ours, theirs, atol=1e-4).item()
+    assert not mx.allclose(ours, lm(mx.array([tokens])), atol=1e-2).item()

@@ -41,17 +41,24 @@ class Sampling:
 
 @attrs.frozen
 class ImageSpan:
-    """One image of a prompt: its run of image tokens (`start`, `length`), its processed
-    pixels (numpy, as the model's image processor made them) and their digest, which keys its
+    """One image of a prompt: its run of tokens (`start`, `length`: from its first image
+    token to its last, which for Pixtral's rows holds row breaks too), its processed pixels
+    (numpy, as the model's image processor made them) and their digest, which keys its
     features (model/vision.py)."""
 
     start: int
     length: int
     digest: str
     pixels: Any = attrs.field(eq=False, repr=False)
-    # The processor's (time, height, width) grid of patches, for models whose image
-    # tokens have grid positions (Qwen-VL's image_grid_thw); None: no grid.
-    grid: tuple[int, int, int] | None = None
+    # The processor's other outputs for the image that its vision tower takes, by name:
+    # Qwen-VL's image_grid_thw (time, height, width in patches), Pixtral's image_sizes
+    # (height, width in pixels).
+    sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def grid(self) -> tuple[int, ...] | None:
+        """Qwen-VL's grid of patches (M-RoPE positions), if the image has one."""
+        return dict(self.sizes).get("image_grid_thw")
 
 
 def _spans(spans: Iterable[ImageSpan]) -> tuple[ImageSpan, ...]:

@@ -36,7 +36,7 @@ import threading
 import json
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import attrs
 
@@ -84,22 +84,30 @@ def vision_config(model: str) -> dict[str, Any] | None:
 @attrs.frozen
 class ImageFormat:
     """How one model's prompt holds an image. The chat template renders `marker` where an
-    image goes; the processor widens it into `before`, `count(pixels, grid)` image tokens
-    (one per feature row: the tokens replaced by virtual ids) and `after`."""
+    image goes; the processor widens it into `before`, `count(image)` image tokens (one per
+    feature row: the tokens replaced by virtual ids) and `after`, or into `run(image)`
+    (image tokens with other tokens between them: Pixtral's row breaks)."""
 
     marker: str
     image_token: str
     image_token_id: int
-    count: Callable[[Any, "tuple[int, int, int] | None"], int] = attrs.field(eq=False,
-                                                                           repr=False)
+    count: Callable[["Processed"], int] = attrs.field(eq=False, repr=False)
     before: str = ""
     after: str = ""
+    run: Callable[["Processed"], str] | None = attrs.field(default=None, eq=False,
+                                                           repr=False)
 
     @property
     def in_context(self) -> bool:
         """The expansion has text of its own, which the tokenizer may merge with the text
         beside it (Gemma 3's blank lines): it is tokenized within the rendered text."""
-        return bool(self.before or self.after)
+        return bool(self.before or self.after or self.run)
+
+    def text(self, image: "Processed") -> str:
+        """An image's expansion, as text."""
+        if self.run is not None:
+            return self.run(image)
+        return self.before + self.image_token * self.count(image) + self.after
 
 
 @attrs.frozen
@@ -114,6 +122,9 @@ class Architecture:
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
     # mlx-vlm's name of a language-model weight → mlx-lm's name of the same weight.
     weight_name: Callable[[str], str] = lambda name: name
+    # Passed to the image processor for each image, from the loaded processor (Pixtral's
+    # patch size times its merge).
+    processor_kwargs_of: Callable[[Any], dict[str, Any]] = lambda processor: {}
     # Image tokens have grid positions (M-RoPE, model/mrope.py): the processor gives each
     # image a grid, and rows of `merge` x `merge` patches are one token.
     mrope: bool = False
@@ -127,9 +138,9 @@ def _llava_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     extra = int(getattr(processor, "num_additional_image_tokens", 0) or 0) - \
         int(getattr(processor, "vision_feature_select_strategy", None) == "default")
 
-    def count(pixels: Any, grid: Any) -> int:
+    def count(image: Processed) -> int:
         patch = processor.patch_size
-        height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
+        height, width = int(image.pixels.shape[-2]), int(image.pixels.shape[-1])
         return int((height // patch) * (width // patch) + extra)
 
     return ImageFormat(token, token, int(config.get("image_token_index",
@@ -150,7 +161,7 @@ def _gemma3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
                                 f"mm_tokens_per_image ({n})")
     return ImageFormat(processor.boi_token, processor.image_token,
                        int(config.get("image_token_index", processor.image_token_id)),
-                       lambda pixels, grid: n, before=f"\n\n{processor.boi_token}",
+                       lambda image: n, before=f"\n\n{processor.boi_token}",
                        after=f"{processor.tokenizer.eoi_token}\n\n")
 
 
@@ -177,7 +188,7 @@ def _idefics3_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     n = int(processor.image_seq_len)
     return ImageFormat(token, token, int(config.get("image_token_id",
                                                     processor.image_token_id)),
-                       lambda pixels, grid: n, before=fake + text(processor.global_image_tag),
+                       lambda image: n, before=fake + text(processor.global_image_tag),
                        after=fake)
 
 
@@ -195,8 +206,8 @@ def _qwen_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     token = processor.image_token
     merge = int(processor.image_processor.merge_size)
 
-    def count(pixels: Any, grid: Any) -> int:
-        t, h, w = grid
+    def count(image: Processed) -> int:
+        t, h, w = image.size("image_grid_thw")
         return int(t * h * w) // merge ** 2
 
     return ImageFormat(token, token, int(config.get("image_token_id",
@@ -212,6 +223,46 @@ def _qwen2_text_args(config: dict[str, Any]) -> dict[str, Any]:
 def _qwen3_text_args(config: dict[str, Any]) -> dict[str, Any]:
     """Qwen3-VL's is mlx-lm's qwen3 (q and k norms, its own head_dim), likewise."""
     return {**config, "model_type": "qwen3", "rope_scaling": None}
+
+
+def _pixtral_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
+    """Pixtral and Mistral 3: `[IMG]` becomes the image's rows of `[IMG]` (one per
+    `patch_size x spatial_merge_size` pixels of the image as the processor resized it), each
+    row but the last followed by `[IMG_BREAK]`, the last by `[IMG_END]`, as mlx-vlm's
+    Pixtral and Mistral3 processors write it. Only the `[IMG]`s are feature rows."""
+    token = processor.image_token
+    step = int(processor.patch_size) * int(processor.spatial_merge_size)
+
+    def grid(image: Processed) -> tuple[int, int]:
+        height, width = image.size("image_sizes")
+        return height // step, width // step
+
+    def count(image: Processed) -> int:
+        rows, columns = grid(image)
+        return rows * columns
+
+    def run(image: Processed) -> str:
+        rows, columns = grid(image)
+        return processor.image_break_token.join([token * columns] * rows) + \
+            processor.image_end_token
+
+    return ImageFormat(token, token, int(config.get("image_token_index")
+                                         or processor.image_token_id), count, run=run)
+
+
+def _pixtral_kwargs(processor: Any) -> dict[str, Any]:
+    """The processor resizes to whole tokens: its patch size times the merge."""
+    return {"patch_size": int(processor.patch_size) * int(processor.spatial_merge_size)}
+
+
+def _mistral_text_args(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model of Pixtral and Mistral Small 3.1 is Mistral's (mlx-lm's llama);
+    Ministral 3's (`ministral3`, its attention scaled by position) is mlx-lm's own class."""
+    if config.get("model_type") not in ("mistral", "llama", "ministral3"):
+        raise SettingsError(f"a language model of type {config.get('model_type')!r}, which "
+                            "triode does not serve under a Pixtral vision tower")
+    # mlx-vlm's Pixtral always has its own output layer (its text config has no tying)
+    return {**config, "tie_word_embeddings": config.get("tie_word_embeddings", False)}
 
 
 # mlx-vlm architecture (config.json's model_type) → what triode does differently for it.
@@ -235,6 +286,12 @@ ARCHITECTURES: dict[str, Architecture] = {
     # Qwen3's language model, interleaved M-RoPE sections (mlx-vlm's rotary module computes
     # them) and deepstack features added after its first layers.
     "qwen3_vl": Architecture(_qwen_format, _qwen3_text_args, mrope=True),
+    # Mistral Small 3.1 (a Pixtral tower, 2 x 2 patches merged into a token) and Pixtral
+    # (one token per patch): image rows broken by [IMG_BREAK], and the images' sizes.
+    "mistral3": Architecture(_pixtral_format, _mistral_text_args,
+                             processor_kwargs_of=_pixtral_kwargs),
+    "pixtral": Architecture(_pixtral_format, _mistral_text_args,
+                            processor_kwargs_of=_pixtral_kwargs),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -289,7 +346,7 @@ class VisionPrompter:
             raise InvalidRequest(f"the chat template placed {len(places)} image tokens for "
                                  f"{len(images)} images", param="input", code="invalid_prompt")
         processed = [self.processed(image) for image in images]
-        lengths = [fmt.count(p.pixels, p.grid) for p in processed]
+        lengths = [fmt.count(p) for p in processed]
         total = sum(lengths)
         if total > REQUEST_IMAGE_ROWS:
             raise InvalidRequest(f"the input's images are {total} image tokens; at most "
@@ -297,7 +354,7 @@ class VisionPrompter:
         if fmt.in_context:
             if text is None:
                 raise ValueError(f"{fmt.marker!r} expands within the rendered text")
-            out = self._expand_text(text, lengths)
+            out = self._expand_text(text, processed)
         else:
             out = []
             last = 0
@@ -309,24 +366,25 @@ class VisionPrompter:
         if out.count(fmt.image_token_id) != total:   # the text held image tokens of its own
             raise InvalidRequest(f"the input's text holds the image token {fmt.image_token!r}",
                                  param="input", code="invalid_prompt")
+        places = [i for i, t in enumerate(out) if t == fmt.image_token_id]
         spans: list[ImageSpan] = []
         at = 0
-        for p, n in zip(processed, lengths):
-            start = out.index(fmt.image_token_id, at)
-            spans.append(ImageSpan(start=start, length=n, digest=p.digest, pixels=p.pixels,
-                                   grid=p.grid))
-            at = start + n
+        for p, n in zip(processed, lengths):   # from its first image token to its n-th
+            start, end = places[at], places[at + n - 1] + 1
+            spans.append(ImageSpan(start=start, length=end - start, digest=p.digest,
+                                   pixels=p.pixels, sizes=p.sizes))
+            at += n
         return out, tuple(spans)
 
-    def _expand_text(self, text: str, lengths: list[int]) -> list[int]:
+    def _expand_text(self, text: str, images: list[Processed]) -> list[int]:
         fmt = self.format
         parts = text.split(fmt.marker)
-        if len(parts) != len(lengths) + 1:
+        if len(parts) != len(images) + 1:
             raise InvalidRequest(f"the chat template placed {len(parts) - 1} image markers "
-                                 f"for {len(lengths)} images", param="input",
+                                 f"for {len(images)} images", param="input",
                                  code="invalid_prompt")
-        expanded = parts[0] + "".join(fmt.before + fmt.image_token * n + fmt.after + part
-                                      for n, part in zip(lengths, parts[1:]))
+        expanded = parts[0] + "".join(fmt.text(image) + part
+                                      for image, part in zip(images, parts[1:]))
         out: list[int] = self.processor.tokenizer.encode(expanded, add_special_tokens=False)
         return out
 
@@ -342,10 +400,9 @@ class VisionPrompter:
                 return found
         outputs = self.pixels(image)
         pixels = outputs["pixel_values"]
-        thw = outputs.get("image_grid_thw")
-        grid = None if thw is None else cast(tuple[int, int, int],
-                                             tuple(int(n) for n in thw[0]))
-        made = Processed(pixels, digest(pixels, grid), grid)
+        sizes = tuple((name, tuple(int(n) for n in outputs[name][0]))
+                      for name in SIZE_INPUTS if name in outputs)
+        made = Processed(pixels, digest(pixels, sizes), sizes)
         with self._lock:
             self._processed[key] = made
             while len(self._processed) > PROCESSED_IMAGES:
@@ -369,8 +426,12 @@ class VisionPrompter:
                              Image.Resampling.BICUBIC)
         outputs = self.processor.image_processor(images=[rgb], return_tensors="np",
                                                  **self.processor_kwargs)
-        return {name: outputs[name] for name in ("pixel_values", "image_grid_thw")
+        return {name: outputs[name] for name in ("pixel_values", *SIZE_INPUTS)
                 if name in outputs}
+
+
+# The processors' per-image size outputs a vision tower takes besides the pixels.
+SIZE_INPUTS = ("image_grid_thw", "image_sizes")
 
 
 @attrs.frozen
@@ -379,15 +440,18 @@ class Processed:
 
     pixels: Any = attrs.field(eq=False, repr=False)
     digest: str
-    grid: tuple[int, int, int] | None = None
+    sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()   # (SIZE_INPUTS name, value)
+
+    def size(self, name: str) -> tuple[int, ...]:
+        return dict(self.sizes)[name]
 
 
-def digest(pixels: Any, grid: Any = None) -> str:
-    """An image's content key: its processed pixels, their shape and its grid."""
+def digest(pixels: Any, sizes: Any = ()) -> str:
+    """An image's content key: its processed pixels, their shape and its sizes."""
     import numpy as np
 
     return hashlib.sha256(np.ascontiguousarray(pixels).tobytes()
-                          + repr((pixels.shape, grid)).encode()).hexdigest()
+                          + repr((pixels.shape, sizes)).encode()).hexdigest()
 
 
 def prompter_of(tokenizer: Any) -> VisionPrompter | None:
@@ -430,18 +494,19 @@ class ImageRows:
         deepstack level ([length, hidden] each); returns its first serial."""
         import mlx.core as mx
 
-        if span.length > self.capacity:
-            raise ValueError(f"an image of {span.length} tokens does not fit the "
+        length = int(features.shape[0])
+        if length > self.capacity:
+            raise ValueError(f"an image of {length} tokens does not fit the "
                              f"{self.capacity} image rows")
         if self.table is None:
             self.table = mx.zeros((self.capacity, features.shape[-1]), dtype=features.dtype)
         base = self.next
-        self.next += span.length
-        rows = mx.arange(base, base + span.length) % self.capacity
+        self.next += length
+        rows = mx.arange(base, base + length) % self.capacity
         self.table[rows] = features.astype(self.table.dtype)
         mx.eval(self.table)
         if layout is not None:
-            self._lay_out(rows, span.length, layout)
+            self._lay_out(rows, length, layout)
         for level, values in enumerate(deep):
             if level == len(self.deep):
                 self.deep.append(mx.zeros(self.table.shape, dtype=self.table.dtype))
@@ -546,13 +611,15 @@ class Vision:
 
         out = list(prompt)
         for span in images:
+            run = range(span.start, span.start + span.length)
+            at = [i for i in run if prompt[i] == self.image_token_id]   # its image tokens
             base = self.rows.serial(span)
             if base is None:
                 # What mlx-vlm's generation puts into the language model's input
                 # embeddings at the image's tokens (its scaling included); the mask is the
                 # processor's attention mask (Gemma 3's embedding step reads it).
-                ids = mx.array([[self.image_token_id] * span.length])
-                extra = {} if span.grid is None else {"image_grid_thw": mx.array([span.grid])}
+                ids = mx.array([[self.image_token_id] * len(at)])
+                extra = {name: mx.array([value]) for name, value in span.sizes}
                 # (MLX's own attention: a vision tower may run compiled, Qwen3-VL's does)
                 with cpu_attention.mlx_kernels():
                     embedded = self.model.get_input_embeddings(
@@ -567,7 +634,8 @@ class Vision:
                                        () if deep is None else list(deep))
                 self.rows.computed += 1
             first = self.rows.first + base
-            out[span.start:span.start + span.length] = range(first, first + span.length)
+            for serial, i in enumerate(at, first):
+                out[i] = serial
         return out
 
 
@@ -646,6 +714,7 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
         rotary = vlm.language_model.model.layers[0].self_attn.rotary_emb
         levels = len(getattr(vlm.config.vision_config, "deepstack_visual_indexes", ()) or ())
         mrope.install(lm, rotary, rows, lm.model.norm.weight.dtype, levels)
-    prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs)
+    prompter = VisionPrompter(image_format, processor, {
+        **architecture.processor_kwargs, **architecture.processor_kwargs_of(processor)})
     tokenizer._triode_vision = prompter
     return lm, tokenizer, Vision(vlm, rows, prompter, merge)
