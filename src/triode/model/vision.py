@@ -230,7 +230,7 @@ def _pixtral_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
     `patch_size x spatial_merge_size` pixels of the image as the processor resized it), each
     row but the last followed by `[IMG_BREAK]`, the last by `[IMG_END]`, as mlx-vlm's
     Pixtral and Mistral3 processors write it. Only the `[IMG]`s are feature rows."""
-    token = processor.image_token
+    token = str(processor.image_token)
     step = int(processor.patch_size) * int(processor.spatial_merge_size)
 
     def grid(image: Processed) -> tuple[int, int]:
@@ -243,8 +243,8 @@ def _pixtral_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
 
     def run(image: Processed) -> str:
         rows, columns = grid(image)
-        return processor.image_break_token.join([token * columns] * rows) + \
-            processor.image_end_token
+        breaks, end = str(processor.image_break_token), str(processor.image_end_token)
+        return breaks.join([token * columns] * rows) + end
 
     return ImageFormat(token, token, int(config.get("image_token_index")
                                          or processor.image_token_id), count, run=run)
