@@ -478,9 +478,9 @@ def test_an_image_is_processed_once_however_often_it_is_rendered(loaded, monkeyp
     processed: list[str] = []
     pixels = VisionPrompter.pixels
 
-    def counted(prompter, image):
+    def counted(prompter, image, shrink=1.0):
         processed.append(image["detail"])
-        return pixels(prompter, image)
+        return pixels(prompter, image, shrink)
     monkeypatch.setattr(VisionPrompter, "pixels", counted)
     _, [first] = image_prompt(tokenizer, seed=13)
     _, [again] = image_prompt(tokenizer, seed=13)
@@ -518,3 +518,35 @@ def test_pixtral_images_of_other_sizes_give_mlx_vlm_s_logits(kind, tmp_path_fact
     ours = lm(mx.array([vision.place(tokens, spans)]))
     assert mx.allclose(ours, theirs, atol=1e-4).item()
     assert not mx.allclose(ours, lm(mx.array([tokens])), atol=1e-2).item()
+
+
+def test_a_qwen_image_larger_than_a_request_holds_is_shrunk_to_fit(tmp_path_factory,
+                                                                  monkeypatch):
+    """Qwen-VL at a processor `max_pixels` of 1024 x 1024 (the fixture's tokens are 8 x 8
+    pixels): a 900 x 700 image would be 9,856 tokens, more than one request holds, so it is
+    shrunk, its aspect kept, to at most the limit (and not far below it) instead of a 400.
+    Under a larger limit it is its processor's own size, and `detail: low` (from 512 x 512
+    pixels) fewer tokens."""
+    from triode.model import vision as module
+
+    _, tokenizer, vision = load_vision(str(qwen_vl.build(
+        tmp_path_factory.mktemp("qwen-large"), max_pixels=1024 * 1024)))
+    prompter = prompter_of(tokenizer)
+    url = data_url(image_bytes(900, 700, seed=6), "image/png")
+    text = render(tokenizer, text="hi")
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+
+    def image_tokens(detail):
+        _, [span] = prompter.expand(tokens, [{"image_url": url, "detail": detail}], text)
+        _, h, w = span.grid
+        return span.length, w / h
+
+    limit = module.REQUEST_IMAGE_ROWS
+    auto, aspect = image_tokens("auto")
+    assert 0.85 * limit <= auto <= limit and abs(aspect - 900 / 700) < 0.1
+    monkeypatch.setattr(module, "REQUEST_IMAGE_ROWS", 20000)
+    prompter._processed.clear()
+    native = prompter.processor.image_processor.num_image_tokens(700, 900)
+    assert image_tokens("auto")[0] == native > limit
+    low, _ = image_tokens("low")
+    assert low <= (512 * 512) // 64 < native

@@ -398,21 +398,34 @@ class VisionPrompter:
             if found is not None:
                 self._processed.move_to_end(key)
                 return found
-        outputs = self.pixels(image)
-        pixels = outputs["pixel_values"]
-        sizes = tuple((name, tuple(int(n) for n in outputs[name][0]))
-                      for name in SIZE_INPUTS if name in outputs)
-        made = Processed(pixels, digest(pixels, sizes), sizes)
+        made = self._fitted(image)
         with self._lock:
             self._processed[key] = made
             while len(self._processed) > PROCESSED_IMAGES:
                 self._processed.popitem(last=False)
         return made
 
-    def pixels(self, image: dict[str, Any]) -> dict[str, Any]:
-        """The processor's outputs for an image part: `pixel_values` (numpy; [1, channels,
-        height, width], or Qwen-VL's [patches, patch values]) and, for a model with grid
-        positions, `image_grid_thw`."""
+    def _fitted(self, image: dict[str, Any]) -> Processed:
+        """The image processed; one that alone would be more image tokens than a request
+        holds (a processor that sizes by the image: Qwen-VL's, Pixtral's) is shrunk, its
+        aspect kept, until it fits, rather than refused."""
+        shrink = 1.0
+        for _ in range(8):
+            outputs = self.pixels(image, shrink)
+            pixels = outputs["pixel_values"]
+            sizes = tuple((name, tuple(int(n) for n in outputs[name][0]))
+                          for name in SIZE_INPUTS if name in outputs)
+            made = Processed(pixels, digest(pixels, sizes), sizes)
+            tokens = self.format.count(made)
+            if tokens <= REQUEST_IMAGE_ROWS:
+                break
+            shrink *= 0.97 * (REQUEST_IMAGE_ROWS / tokens) ** 0.5
+        return made   # (still too large after 8 tries: expand's limit refuses it)
+
+    def pixels(self, image: dict[str, Any], shrink: float = 1.0) -> dict[str, Any]:
+        """The processor's outputs for an image part, its sides scaled by `shrink` first:
+        `pixel_values` (numpy; [1, channels, height, width], or Qwen-VL's [patches, patch
+        values]) and the image's sizes a vision tower takes (SIZE_INPUTS)."""
         from PIL import Image
 
         data = parse_data_url(image["image_url"], MAX_DATA_URL_BYTES).data
@@ -420,8 +433,10 @@ class VisionPrompter:
             img.seek(0)
             rgb = img.convert("RGB")
         limit = DETAIL_PIXELS.get(image.get("detail") or "auto")
+        scale = shrink
         if limit is not None and rgb.width * rgb.height > limit:
-            scale = (limit / (rgb.width * rgb.height)) ** 0.5
+            scale *= (limit / (rgb.width * rgb.height)) ** 0.5
+        if scale < 1:
             rgb = rgb.resize((max(1, int(rgb.width * scale)), max(1, int(rgb.height * scale))),
                              Image.Resampling.BICUBIC)
         outputs = self.processor.image_processor(images=[rgb], return_tensors="np",
