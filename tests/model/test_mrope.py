@@ -235,3 +235,16 @@ def test_an_image_the_vision_tower_fails_on_fails_its_request_alone(tmp_path, mo
     for uid in (2, 3):
         assert outputs[uid][-1].finish_reason == "length" and len(outputs[uid]) == 4
         assert all(o.error is None for o in outputs[uid])
+
+
+def test_kv_bits_and_attention_windows_are_refused_with_the_reason(loaded):
+    """Neither a quantized nor a rotating cache may replace the position layer: both flags
+    refuse an M-RoPE model at load, naming why."""
+    from triode.model.kvquant import quantized_cache
+    from triode.model.window import window_caches
+
+    lm, _, _ = loaded
+    with pytest.raises(ValueError, match="--kv-bits.*M-RoPE positions"):
+        quantized_cache(lm, 8)
+    with pytest.raises(ValueError, match="--attention-window.*M-RoPE positions"):
+        window_caches(lm, 64)
