@@ -199,8 +199,8 @@ def _idefics3_weight(name: str) -> str:
 
 
 def _qwen_format(processor: Any, config: dict[str, Any]) -> ImageFormat:
-    """Qwen2-VL and Qwen2.5-VL: the template's `<|vision_start|><|image_pad|><|vision_end|>`
-    keeps its markers; `<|image_pad|>` becomes one per `merge` x `merge` patches of the
+    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL: the template's
+    `<|vision_start|><|image_pad|><|vision_end|>` keeps its markers; `<|image_pad|>` becomes one per `merge` x `merge` patches of the
     image as the processor resized it (to multiples of patch x merge pixels, within
     `min_pixels` and `max_pixels`), as mlx-vlm's Qwen2VLProcessor writes it."""
     token = processor.image_token
@@ -322,7 +322,7 @@ class VisionPrompter:
     format: ImageFormat
     processor: Any = attrs.field(eq=False, repr=False)
     processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    # (the image part's URL and detail, digested) → (processed pixels, their digest, grid)
+    # (the image part's URL and detail, digested) → the image as processed
     _processed: OrderedDict[str, Processed] = attrs.field(
         factory=OrderedDict, eq=False, repr=False, alias="_processed")
     _lock: threading.Lock = attrs.field(factory=threading.Lock, eq=False, repr=False,
@@ -389,7 +389,7 @@ class VisionPrompter:
         return out
 
     def processed(self, image: dict[str, Any]) -> Processed:
-        """An image part's processed pixels, their digest and grid: decoded and processed
+        """An image part's processed pixels, their digest and sizes: decoded and processed
         once per image (the last PROCESSED_IMAGES are kept), however often it is rendered."""
         key = hashlib.sha256(f"{image.get('detail') or 'auto'} {image['image_url']}"
                              .encode()).hexdigest()
