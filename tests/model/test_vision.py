@@ -550,3 +550,19 @@ def test_a_qwen_image_larger_than_a_request_holds_is_shrunk_to_fit(tmp_path_fact
     assert image_tokens("auto")[0] == native > limit
     low, _ = image_tokens("low")
     assert low <= (512 * 512) // 64 < native
+
+
+def test_a_mistral3_with_another_language_model_is_refused(tmp_path_factory):
+    """A Pixtral tower over a language model triode does not rebuild (here one that says it
+    is Gemma) is a SettingsError naming --model and the type, at load."""
+    import json
+
+    from triode.errors import SettingsError
+
+    directory = mistral3_vlm.build(tmp_path_factory.mktemp("mistral3-other"))
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config["text_config"]["model_type"] = "gemma"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SettingsError, match=r"--model.*of type 'gemma'.*Pixtral"):
+        load_vision(str(directory))

@@ -255,10 +255,14 @@ def _pixtral_kwargs(processor: Any) -> dict[str, Any]:
     return {"patch_size": int(processor.patch_size) * int(processor.spatial_merge_size)}
 
 
+# The language models (mlx-lm architectures, model_type) served under a Pixtral tower.
+PIXTRAL_LANGUAGE_MODELS = frozenset({"mistral", "llama", "ministral3"})
+
+
 def _mistral_text_args(config: dict[str, Any]) -> dict[str, Any]:
     """The language model of Pixtral and Mistral Small 3.1 is Mistral's (mlx-lm's llama);
     Ministral 3's (`ministral3`, its attention scaled by position) is mlx-lm's own class."""
-    if config.get("model_type") not in ("mistral", "llama", "ministral3"):
+    if config.get("model_type") not in PIXTRAL_LANGUAGE_MODELS:
         raise SettingsError(f"a language model of type {config.get('model_type')!r}, which "
                             "triode does not serve under a Pixtral vision tower")
     # mlx-vlm's Pixtral always has its own output layer (its text config has no tying)
