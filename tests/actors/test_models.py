@@ -241,10 +241,18 @@ async def test_idle_models_unload_after_their_keep_alive(nursery, clock):
     `keep_alive` (10 s), 0 (at once) and -1 (never)."""
     _, models = await start(nursery, [spec("a", keep_alive=300.0), spec("b"), spec("c"),
                                       spec("d")])
-    await (await models.acquire(models.find("a"))).release()
-    await (await models.acquire(models.find("b"), keep_alive=10.0)).release()
-    await (await models.acquire(models.find("c"), keep_alive=0.0)).release()
-    await (await models.acquire(models.find("d"), keep_alive=-1.0)).release()
+    # Every model loads before any keep-alive runs, and c (0: at once) unloads before the
+    # others' start: the clock jumps to the next deadline whenever the engine host's thread
+    # works longer than the threshold (a loaded machine), and that deadline must not be a
+    # keep-alive's end.
+    a, b, c, d = [await models.acquire(models.find(name), **keep)
+                  for name, keep in (("a", {}), ("b", {"keep_alive": 10.0}),
+                                     ("c", {"keep_alive": 0.0}), ("d", {"keep_alive": -1.0}))]
+    await c.release()
+    while (await status(models))["c"] != "unloaded":
+        await trio.sleep(0.01)
+    for lease in (a, b, d):
+        await lease.release()
     await trio.sleep(0.5)
     assert await status(models) == {"a": "loaded", "b": "loaded", "c": "unloaded",
                                     "d": "loaded"}
