@@ -566,3 +566,19 @@ def test_a_mistral3_with_another_language_model_is_refused(tmp_path_factory):
     path.write_text(json.dumps(config))
     with pytest.raises(SettingsError, match=r"--model.*of type 'gemma'.*Pixtral"):
         load_vision(str(directory))
+
+
+def test_a_pixtral_tower_in_llava_s_layout_is_refused(tmp_path):
+    """A config.json that says `llava` over a Pixtral vision tower (Hugging Face's Pixtral
+    layout) would have its images tokenized as LLaVA-1.5's, without row breaks: refused at
+    startup, naming --model and the served layout."""
+    import json
+
+    from triode.errors import SettingsError
+    from triode.model.loading import check_model
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "llava", "vision_config": {"model_type": "pixtral"},
+         "text_config": {}}))
+    with pytest.raises(SettingsError, match=r"--model.*Pixtral.*LLaVA's layout.*'pixtral'"):
+        check_model(str(tmp_path))

@@ -308,6 +308,12 @@ def check_vision(config: dict[str, Any], model: str) -> None:
                             f"{kind!r}, which triode does not serve yet (vision "
                             f"architectures: {', '.join(VISION_ARCHITECTURES)}; "
                             "docs/media.md)")
+    tower = (config.get("vision_config") or {}).get("model_type")
+    if kind == "llava" and tower == "pixtral":
+        raise SettingsError(f"--model: {model}: a Pixtral vision tower in LLaVA's layout "
+                            "(config.json's model_type 'llava'), whose images would be "
+                            "tokenized as LLaVA-1.5's; triode serves Pixtral as mlx-vlm's "
+                            "'pixtral' model_type (docs/media.md)")
     import importlib.util
 
     if importlib.util.find_spec("mlx_vlm") is None:
