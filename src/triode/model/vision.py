@@ -118,13 +118,10 @@ class Architecture:
     image_format: Callable[[Any, dict[str, Any]], ImageFormat]
     # mlx-vlm's text config (as a dict) → mlx-lm's model args for the same language model.
     text_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: config
-    # Passed to the image processor for each image.
-    processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    # mlx-vlm's processor → what is passed to its image processor for each image.
+    processor_kwargs: Callable[[Any], dict[str, Any]] = lambda processor: {}
     # mlx-vlm's name of a language-model weight → mlx-lm's name of the same weight.
     weight_name: Callable[[str], str] = lambda name: name
-    # Passed to the image processor for each image, from the loaded processor (Pixtral's
-    # patch size times its merge).
-    processor_kwargs_of: Callable[[Any], dict[str, Any]] = lambda processor: {}
     # Image tokens have grid positions (M-RoPE, model/mrope.py): the processor gives each
     # image a grid, and rows of `merge` x `merge` patches are one token.
     mrope: bool = False
@@ -277,12 +274,14 @@ ARCHITECTURES: dict[str, Architecture] = {
     "llava": Architecture(_llava_format),
     # Pan-and-scan (extra crops of one image, off unless a preprocessor config turns it on)
     # is not served: an image is its one resized view.
-    "gemma3": Architecture(_gemma3_format, _gemma3_text_args, {"do_pan_and_scan": False}),
+    "gemma3": Architecture(_gemma3_format, _gemma3_text_args,
+                           lambda processor: {"do_pan_and_scan": False}),
     # SmolVLM. Image splitting (tiles of the image beside its global view, each tile its own
     # run between row and column markers) is not served: an image is its one resized view.
     "idefics3": Architecture(_idefics3_format, lambda config: {**config,
                                                                "tie_word_embeddings": False},
-                             {"do_image_splitting": False}, _idefics3_weight),
+                             lambda processor: {"do_image_splitting": False},
+                             _idefics3_weight),
     # Their vision towers differ (Qwen2.5-VL's windowed attention, mlx-vlm computes both);
     # the language models are the same Qwen2 with M-RoPE.
     "qwen2_vl": Architecture(_qwen_format, _qwen2_text_args, mrope=True),
@@ -292,10 +291,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen3_vl": Architecture(_qwen_format, _qwen3_text_args, mrope=True),
     # Mistral Small 3.1 (a Pixtral tower, 2 x 2 patches merged into a token) and Pixtral
     # (one token per patch): image rows broken by [IMG_BREAK], and the images' sizes.
-    "mistral3": Architecture(_pixtral_format, _mistral_text_args,
-                             processor_kwargs_of=_pixtral_kwargs),
-    "pixtral": Architecture(_pixtral_format, _mistral_text_args,
-                            processor_kwargs_of=_pixtral_kwargs),
+    "mistral3": Architecture(_pixtral_format, _mistral_text_args, _pixtral_kwargs),
+    "pixtral": Architecture(_pixtral_format, _mistral_text_args, _pixtral_kwargs),
 }
 VISION_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -739,7 +736,6 @@ def load_vision(model: str) -> tuple[Any, Any, Vision]:
         rotary = vlm.language_model.model.layers[0].self_attn.rotary_emb
         levels = len(getattr(vlm.config.vision_config, "deepstack_visual_indexes", ()) or ())
         mrope.install(lm, rotary, rows, lm.model.norm.weight.dtype, levels)
-    prompter = VisionPrompter(image_format, processor, {
-        **architecture.processor_kwargs, **architecture.processor_kwargs_of(processor)})
+    prompter = VisionPrompter(image_format, processor, architecture.processor_kwargs(processor))
     tokenizer._triode_vision = prompter
     return lm, tokenizer, Vision(vlm, rows, prompter, merge)
