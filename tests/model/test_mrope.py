@@ -71,10 +71,12 @@ def mlx_vlm_greedy(model, tokens, spans, n: int = TOKENS) -> list[int]:
     return out
 
 
-def generate(lm, prompts, *, chunk: int, speculative: bool = False, n: int = TOKENS):
+def generate(lm, prompts, *, chunk: int, speculative: bool = False, n: int = TOKENS,
+             vocabulary: int | None = None):
     """Greedy tokens of `prompts` run together through mlx-lm's BatchGenerator (the
     engine's), prefilled `chunk` tokens at a time; with `speculative`, the engine's
-    prompt-lookup decoding installed. Returns the tokens and the batch's counts."""
+    prompt-lookup decoding installed, as the engine installs it (drafts end before
+    `vocabulary`, the image rows' ids). Returns the tokens and the batch's counts."""
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
@@ -83,7 +85,8 @@ def generate(lm, prompts, *, chunk: int, speculative: bool = False, n: int = TOK
     gen = BatchGenerator(lm, stop_tokens=[], completion_batch_size=4, prefill_batch_size=4,
                          prefill_step_size=chunk)
     if speculative:
-        spec.install(gen, knee=1e6, learn=False)   # drafting always looks worth it
+        # drafting always looks worth it
+        spec.install(gen, knee=1e6, learn=False, vocabulary=vocabulary)
     greedy = make_sampler(temp=0.0)
     uids = gen.insert(prompts, [n] * len(prompts), samplers=[greedy] * len(prompts))
     out: dict[int, list[int]] = {u: [] for u in uids}
@@ -109,7 +112,8 @@ def test_image_and_text_prompts_batched_generate_what_mlx_vlm_does_alone(loaded,
     n = 32 if speculative else TOKENS
     theirs = [mlx_vlm_greedy(vision.model, tokens, spans, n) for tokens, spans in prompts]
     placed = [vision.place(tokens, spans) for tokens, spans in prompts]
-    ours, counts = generate(lm, placed, chunk=16, speculative=speculative, n=n)
+    ours, counts = generate(lm, placed, chunk=16, speculative=speculative, n=n,
+                            vocabulary=vision.rows.first)
     assert ours == theirs
     if speculative:
         assert counts["speculative"] > 0

@@ -435,7 +435,8 @@ class Engine:
             knee = yield from speculative.calibrating(model, tokens=16, repeats=2,
                                                       stream=stream)
             # one StepOutput per token still, in order; under --distributed rank 0 chooses
-            speculative.install(generator, knee, decider=lock)
+            speculative.install(generator, knee, decider=lock,
+                                vocabulary=None if vision is None else vision.rows.first)
         running: dict[int, _Sequence] = {}   # our uid → its record
         by_generator: dict[int, _Sequence] = {}   # BatchGenerator's uid → the same record
         prefilling: set[int] = set()   # our uids without an output yet (prompt in progress)

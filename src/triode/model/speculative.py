@@ -408,14 +408,16 @@ class Decider(Protocol):
 
 
 def install(generator: Any, knee: float | None = None, learn: bool = True,
-            decider: Decider | None = None) -> None:
+            decider: Decider | None = None, vocabulary: int | None = None) -> None:
     """Makes `generator` (an mlx-lm BatchGenerator with nothing running) decode
     speculatively; `knee` as `plan` takes it (default: `calibrate`d on its model), refined
     from the steps' timings unless `learn` is false. `decider`: under --distributed, where
-    each step's choice is shared (rank 0) or taken from (the others)."""
+    each step's choice is shared (rank 0) or taken from (the others). `vocabulary`: where a
+    vision model's image rows' ids begin (model/vision.py); drafts stop before them."""
     assert len(generator._generation_batch) == 0, "install before inserting sequences"
     batch = SpeculativeBatch.empty(generator.model, generator.sampler)
     batch.decider = decider
+    batch.vocabulary = vocabulary
     with mx.stream(generator.stream):
         batch.cost = StepCost(calibrate(generator.model) if knee is None else knee, learn)
     batch.prefill_counters = generator._counters
@@ -534,6 +536,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
     Response = DraftResponse
     prefill_counters: Any = None   # the generator's: prefill between two steps spoils a timing
     decider: Decider | None = None   # --distributed: the ranks' one choice per step
+    vocabulary: int | None = None    # ids at or past it are never drafted (image rows)
     _next_tokens: Any   # GenerationBatch's own, set in its methods
     _next_logprobs: list[Any]
     _current_tokens: Any
@@ -552,13 +555,6 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         self.counts = dict.fromkeys(("plain", "speculative", "compact", "drafted", "accepted",
                                      "sequence_steps", "tokens", "speculative_tokens"), 0)
         super().__init__(*args, **kwargs)
-
-    @property
-    def _vocabulary(self) -> int | None:
-        """Where a vision model's image rows' ids begin (never drafted); None: text."""
-        embedding = getattr(getattr(self.model, "model", None), "embed_tokens", None)
-        rows = getattr(embedding, "_triode_rows", None)
-        return None if rows is None else int(rows.first)
 
     def extend(self, batch: Any) -> None:
         super().extend(batch)
@@ -662,7 +658,7 @@ class SpeculativeBatch(GenerationBatch):  # type: ignore[misc]   # mlx-lm is unt
         for i, uid in enumerate(self.uids):
             row = self._rows.get(uid)
             if row is None:
-                row = self._rows[uid] = _Row(NgramIndex(self.tokens[i], self._vocabulary))
+                row = self._rows[uid] = _Row(NgramIndex(self.tokens[i], self.vocabulary))
             row.index.catch_up(self.tokens[i])
             if row.paused:
                 row.paused -= 1
