@@ -16,11 +16,12 @@ for the forward pass. Positions are computed from what the engine already has:
 - an image row's (virtual id's) grid offsets and, on an image's last row, the delta it adds
   come from the image rows (`ImageRows.layout`), written when the image was placed;
 - the sequence's delta before the step is kept in the cache itself, as one more layer
-  (`make_cache`): a plain KVCache whose "keys" are each token's delta after it. Deltas
-  never grow along a sequence and padding is zeros, so a row's current delta is the minimum
-  of what its cache holds; mlx-lm's batching, extraction, trimming, the prompt cache and its
-  disk tier carry that layer as they carry the others, so a cached prefix brings its delta
-  along and a trimmed one drops what it trimmed.
+  (`make_cache`): a plain KVCache whose "keys" are each token's delta after it. mlx-lm's
+  batched caches right-align their rows (left padding, zeros: a row with no history reads
+  0), so a row's current delta is its cache's last entry (speculative decoding's rejected
+  tokens are text: they hold the same delta). mlx-lm's batching, extraction, trimming, the
+  prompt cache and its disk tier carry that layer as they carry the others, so a cached
+  prefix brings its delta along and a trimmed one drops what it trimmed.
 """
 
 from __future__ import annotations
@@ -116,16 +117,16 @@ class DeepstackLayer:
 
 
 def current_delta(track: Any, batch: int) -> Any:
-    """Each row's delta so far: the least of what its cache's position layer holds."""
+    """Each row's delta so far: the last entry of its cache's position layer (one read a
+    step, whatever the context's length)."""
     keys = None if track is None else track.keys
     if keys is None:
         return mx.zeros((batch,), dtype=mx.int32)
-    size = getattr(track, "_idx", None)
+    size = getattr(track, "_idx", None)   # a batch's shared end; a lone cache's offset
     size = track.offset if size is None else size
     if size == 0:
         return mx.zeros((batch,), dtype=mx.int32)
-    held = keys[..., :size, :].min(axis=(1, 2, 3))
-    return mx.minimum(held, 0).astype(mx.int32)
+    return keys[:, 0, size - 1, 0].astype(mx.int32)
 
 
 def install(model: Any, rotary: Any, rows: Any, dtype: Any, deepstack: int = 0) -> None:
